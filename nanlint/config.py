@@ -1,0 +1,246 @@
+"""Settings: `[tool.nanlint]` in the nearest pyproject.toml (or `--config`), then the CLI."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Type
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .rules import Rule, all_rules
+
+KNOWN_KEYS = {
+    "select",
+    "ignore",
+    "extend-select",
+    "per-file-ignores",
+    "exclude",
+    "extend-exclude",
+}
+
+# Never descended into when walking a directory (a file named explicitly is still linted).
+DEFAULT_EXCLUDE = [
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    ".env",
+    "env",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    "__pycache__",
+    "build",
+    "dist",
+    "site-packages",
+    "node_modules",
+    "*.egg-info",
+]
+
+
+class ConfigError(Exception):
+    """A usage or configuration error: reported in one line, exit code 2."""
+
+
+@dataclass
+class Settings:
+    select: Optional[List[str]] = None
+    ignore: List[str] = field(default_factory=list)
+    extend_select: List[str] = field(default_factory=list)
+    per_file_ignores: Dict[str, List[str]] = field(default_factory=dict)
+    exclude: List[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+    extend_exclude: List[str] = field(default_factory=list)
+    # Directory that relative patterns in the config are relative to.
+    root: Path = field(default_factory=Path.cwd)
+    source: Optional[Path] = None  # the file the settings came from
+
+    def excluded(self, path: Path) -> bool:
+        patterns = self.exclude + self.extend_exclude
+        try:
+            rel = path.resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            rel = path.as_posix()
+        return any(_glob_match(rel, path.name, p) for p in patterns)
+
+    def rules_for(self, path: Path, selected: Sequence[Type[Rule]]) -> List[Type[Rule]]:
+        if not self.per_file_ignores:
+            return list(selected)
+        try:
+            rel = path.resolve().relative_to(self.root.resolve()).as_posix()
+        except ValueError:
+            rel = path.as_posix()
+        ignored: List[str] = []
+        for pattern, codes in self.per_file_ignores.items():
+            if _glob_match(rel, path.name, pattern):
+                ignored.extend(codes)
+        return [r for r in selected if not _matches_any(r.code, ignored, exact_for_off=False)]
+
+
+def _glob_match(rel: str, name: str, pattern: str) -> bool:
+    pattern = pattern.rstrip("/")
+    if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern):
+        return True
+    # A pattern matches a path below it too: `fixtures` excludes `fixtures/a.py`.
+    parts = rel.split("/")
+    for i in range(1, len(parts)):
+        if fnmatch.fnmatch("/".join(parts[:i]), pattern) or fnmatch.fnmatch(parts[i - 1], pattern):
+            return True
+    return False
+
+
+def _matches_any(code: str, selectors: Sequence[str], exact_for_off: bool, off: bool = False) -> bool:
+    for s in selectors:
+        if s == "ALL" or s == code:
+            return True
+        if code.startswith(s) and not (exact_for_off and off):
+            return True
+    return False
+
+
+def validate_selectors(selectors: Sequence[str], where: str) -> List[str]:
+    codes = [r.code for r in all_rules()]
+    out = []
+    for raw in selectors:
+        s = raw.strip().upper()
+        if not s:
+            continue
+        if s != "ALL" and not any(c.startswith(s) for c in codes):
+            raise ConfigError(f"{where}: unknown rule selector '{raw}' (see `nanlint rules`)")
+        out.append(s)
+    return out
+
+
+def select_rules(settings: Settings) -> List[Type[Rule]]:
+    """ruff's order: `select` (default: every rule on by default), plus `extend-select`,
+    minus `ignore`. A rule that is off by default needs its exact code or ALL."""
+    chosen = []
+    for rule in all_rules():
+        off = not rule.default_enabled
+        if settings.select is None:
+            picked = not off
+        else:
+            picked = _matches_any(rule.code, settings.select, True, off)
+        if _matches_any(rule.code, settings.extend_select, True, off):
+            picked = True
+        if _matches_any(rule.code, settings.ignore, False):
+            picked = False
+        if picked:
+            chosen.append(rule)
+    return chosen
+
+
+def find_config(start: Path) -> Optional[Path]:
+    """The nearest pyproject.toml with a [tool.nanlint] table, from `start` upwards."""
+    for directory in [start, *start.parents]:
+        candidate = directory / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue
+            if "nanlint" in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def _string_list(value, key: str, where: str) -> List[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: `{key}` must be a list of strings")
+    return list(value)
+
+
+def load_settings(config_path: Optional[str] = None, start: Optional[Path] = None) -> Settings:
+    if config_path is not None:
+        path = Path(config_path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {config_path}")
+    else:
+        path = find_config(start or Path.cwd())
+        if path is None:
+            return Settings()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("nanlint", {})
+        where = f"{path} [tool.nanlint]"
+    else:
+        # A standalone nanlint.toml: the table itself, or a [tool.nanlint] inside it.
+        table = data.get("tool", {}).get("nanlint", data)
+        where = str(path)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = sorted(set(table) - KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key `{unknown[0]}` (known: {', '.join(sorted(KNOWN_KEYS))})"
+        )
+    settings = Settings(root=path.parent.resolve(), source=path)
+    if "select" in table:
+        settings.select = validate_selectors(_string_list(table["select"], "select", where), where)
+    if "ignore" in table:
+        settings.ignore = validate_selectors(_string_list(table["ignore"], "ignore", where), where)
+    if "extend-select" in table:
+        settings.extend_select = validate_selectors(
+            _string_list(table["extend-select"], "extend-select", where), where
+        )
+    if "exclude" in table:
+        settings.exclude = _string_list(table["exclude"], "exclude", where)
+    if "extend-exclude" in table:
+        settings.extend_exclude = _string_list(table["extend-exclude"], "extend-exclude", where)
+    if "per-file-ignores" in table:
+        pfi = table["per-file-ignores"]
+        if not isinstance(pfi, dict):
+            raise ConfigError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
+        settings.per_file_ignores = {
+            pattern: validate_selectors(
+                _string_list(codes, f"per-file-ignores.{pattern}", where), where
+            )
+            for pattern, codes in pfi.items()
+        }
+    return settings
+
+
+def apply_cli(
+    settings: Settings,
+    select: Optional[str],
+    extend_select: Optional[str],
+    ignore: Optional[str],
+) -> Settings:
+    def parse(value: Optional[str], option: str) -> Optional[List[str]]:
+        if value is None:
+            return None
+        return validate_selectors(value.split(","), option)
+
+    s = parse(select, "--select")
+    if s is not None:
+        settings.select = s
+    e = parse(extend_select, "--extend-select")
+    if e:
+        settings.extend_select = settings.extend_select + e
+    i = parse(ignore, "--ignore")
+    if i:
+        settings.ignore = settings.ignore + i
+    return settings
+
+
+def relative_display(path: Path) -> str:
+    """A path as a user reads it: relative below the working directory, else absolute."""
+    absolute = os.path.abspath(path)
+    cwd = os.getcwd()
+    if absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep):
+        return os.path.relpath(absolute, cwd)
+    return absolute

@@ -1,0 +1,533 @@
+"""Facts rules can ask about the file being linted.
+
+One FileContext per file, filled by the engine during its single traversal:
+- what a name really is (import aliases of torch, resolved without LibCST's costly
+  qualified-name metadata: a file's imports are read as the traversal meets them);
+- what a local name holds (the last assignment met in the enclosing function);
+- where a node is (positions are computed lazily, only for files with findings);
+- how to spell a torch function in this file, and the import a fix must add;
+- probes: an expression rewritten with full torch names, and its free inputs.
+Precision (autocast, half) lives in precision.py; value ranges in ranges.py.
+"""
+
+from __future__ import annotations
+
+import io
+import tokenize
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .diagnostics import SAFE, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
+from .ops import Op, match_op, number_value
+
+_EMPTY_MODULE = cst.Module(body=[])
+
+
+def node_code(node: cst.CSTNode) -> str:
+    return _EMPTY_MODULE.code_for_node(node)
+
+
+def dotted_name(node: cst.BaseExpression) -> Optional[str]:
+    """`a.b.c` for a chain of names, else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted_name(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
+    if getattr(node, "lpar", None):
+        return node.with_changes(lpar=[], rpar=[])
+    return node
+
+
+def is_atom(node: cst.BaseExpression) -> bool:
+    """True where `-node` or `node.method()` needs no parentheses."""
+    if getattr(node, "lpar", None):
+        return True
+    return isinstance(
+        node,
+        (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString),
+    )
+
+
+def parenthesize(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node if is_atom(node) else node.with_changes(
+        lpar=[cst.LeftParen()], rpar=[cst.RightParen()]
+    )
+
+
+def comment_tokens(source: str) -> List[Tuple[int, int, str]]:
+    """(row, 1-based column, text) of every comment, from the tokenizer: a `#` inside a
+    string is not a comment."""
+    found: List[Tuple[int, int, str]] = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                found.append((tok.start[0], tok.start[1] + 1, tok.string))
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return found
+
+
+@dataclass
+class Binding:
+    """A local assignment: the value and the bindings in force when it was made."""
+
+    value: Optional[cst.BaseExpression]  # None: rebound in a way we do not follow
+    env: Dict[str, "Binding"]
+
+
+class Scope:
+    def __init__(self, node: Optional[cst.CSTNode], kind: str):
+        self.node = node
+        self.kind = kind  # "module", "class", "function"
+        self.bindings: Dict[str, Binding] = {}
+
+
+class Imports:
+    """Local name -> full dotted name, for the names a file imports."""
+
+    def __init__(self) -> None:
+        # `torch` is torch even in a snippet that forgot the import.
+        self.names: Dict[str, str] = {"torch": "torch"}
+
+    def add(self, node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted_name(alias.name)
+                if full is None:
+                    continue
+                if alias.asname is not None:
+                    local = dotted_name(alias.asname.name)  # type: ignore[arg-type]
+                    if local:
+                        self.names[local] = full
+                else:
+                    root = full.split(".")[0]
+                    self.names[root] = root
+        elif isinstance(node, cst.ImportFrom):
+            if node.relative or node.module is None:
+                return
+            module = dotted_name(node.module)
+            if module is None or isinstance(node.names, cst.ImportStar):
+                return
+            for alias in node.names:
+                name = dotted_name(alias.name)
+                if name is None:
+                    continue
+                local = name
+                if alias.asname is not None:
+                    local = dotted_name(alias.asname.name) or name  # type: ignore[arg-type]
+                self.names[local] = f"{module}.{name}"
+
+    def qualname(self, node: cst.BaseExpression) -> Optional[str]:
+        if isinstance(node, cst.Name):
+            return self.names.get(node.value)
+        if isinstance(node, cst.Attribute):
+            base = self.qualname(node.value)
+            return None if base is None else f"{base}.{node.attr.value}"
+        return None
+
+    def local_name_for(self, full: str) -> Optional[str]:
+        """A spelling of `full` through this file's imports (`F.softplus`), or None."""
+        best: Optional[Tuple[int, str]] = None
+        for local, target in self.names.items():
+            if full == target:
+                return local
+            if full.startswith(target + "."):
+                spelled = local + full[len(target):]
+                if best is None or len(target) > best[0]:
+                    best = (len(target), spelled)
+        return best[1] if best else None
+
+
+class FileContext:
+    def __init__(self, path: str, source: str, module: cst.Module):
+        self.path = path
+        self.source = source
+        self.module = module
+        self.imports = Imports()
+        self.scopes: List[Scope] = [Scope(module, "module")]
+        self.diagnostics: List[Diagnostic] = []
+        self._positions = None
+        self._lines: Optional[List[str]] = None
+        self._top_level_names: Optional[Set[str]] = None
+        self._comments: Optional[List[Tuple[int, int, str]]] = None
+        # Constants a probe can use: `self.k = 50` in a class, `K = 50` at module level.
+        self.constants: Dict[str, float] = {}
+        # Precision facts, filled by precision.PrecisionTracker.
+        self.precision = None
+        # The stack of nodes being visited (the engine keeps it), for rules that look up.
+        self.stack: List[cst.CSTNode] = []
+        # Top-level imports are read before the traversal so fixes know the file's aliases.
+        for stmt in module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    self.imports.add(small)
+
+    # ------------------------------------------------------------------ names and values
+    def qualname(self, node: cst.BaseExpression) -> Optional[str]:
+        return self.imports.qualname(node)
+
+    def op(self, node: Optional[cst.CSTNode]) -> Optional[Op]:
+        if node is None:
+            return None
+        return match_op(node, self.imports.qualname)
+
+    @property
+    def scope(self) -> Scope:
+        return self.scopes[-1]
+
+    def function_scope(self) -> Scope:
+        for scope in reversed(self.scopes):
+            if scope.kind in ("function", "module"):
+                return scope
+        return self.scopes[0]
+
+    def bind(self, name: str, value: Optional[cst.BaseExpression]) -> None:
+        scope = self.scope
+        scope.bindings[name] = Binding(value, dict(scope.bindings))
+
+    def binding(self, name: str, env: Optional[Dict[str, Binding]] = None) -> Optional[Binding]:
+        if env is not None:
+            return env.get(name)
+        return self.scope.bindings.get(name)
+
+    def value_of(
+        self, node: cst.BaseExpression, depth: int = 4
+    ) -> cst.BaseExpression:
+        """Follow a local name to the expression last assigned to it (up to `depth` hops)."""
+        return self.resolve(node, None, depth)[0]
+
+    def resolve(
+        self,
+        node: cst.BaseExpression,
+        env: Optional[Dict[str, Binding]],
+        depth: int = 4,
+    ) -> Tuple[cst.BaseExpression, Optional[Dict[str, Binding]]]:
+        """Like value_of, but also returns the bindings in force for the result, so that
+        names inside it resolve as they did where it was assigned."""
+        while depth > 0 and isinstance(node, cst.Name):
+            b = self.binding(node.value, env)
+            if b is None or b.value is None:
+                break
+            node, env = b.value, b.env
+            depth -= 1
+        return node, env
+
+    def is_local(self, node: cst.BaseExpression) -> bool:
+        return isinstance(node, cst.Name) and node.value in self.scope.bindings
+
+    def constant(self, name: str) -> Optional[float]:
+        return self.constants.get(name)
+
+    # ------------------------------------------------------------------ positions and text
+    def _position_map(self):
+        if self._positions is None:
+            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+            self._positions = wrapper.resolve(PositionProvider)
+        return self._positions
+
+    def span(self, node: cst.CSTNode) -> Tuple[Position, Position]:
+        r = self._position_map()[node]
+        return Position(r.start.line, r.start.column + 1), Position(r.end.line, r.end.column + 1)
+
+    def lines(self) -> List[str]:
+        if self._lines is None:
+            self._lines = self.source.splitlines(keepends=True)
+        return self._lines
+
+    def line_text(self, row: int) -> str:
+        lines = self.lines()
+        return lines[row - 1].rstrip("\r\n") if 0 < row <= len(lines) else ""
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    @property
+    def newline(self) -> str:
+        return self.module.default_newline
+
+    # ------------------------------------------------------------------ edits
+    def replace(self, node: cst.CSTNode, content: str) -> Edit:
+        start, end = self.span(node)
+        return Edit(start, end, content)
+
+    def top_level_names(self) -> Set[str]:
+        """Names bound at module level (to know whether a fix may introduce `F`)."""
+        if self._top_level_names is None:
+            names: Set[str] = set(self.imports.names)
+            for stmt in self.module.body:
+                if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                    names.add(stmt.name.value)
+                elif isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                            targets = (
+                                [t.target for t in small.targets]
+                                if isinstance(small, cst.Assign)
+                                else [small.target]
+                            )
+                            for t in targets:
+                                if isinstance(t, cst.Name):
+                                    names.add(t.value)
+            self._top_level_names = names
+        return self._top_level_names
+
+    def _import_edit(self, statement: str) -> Edit:
+        """Insert `statement` after the file's top import block (or its docstring)."""
+        anchor: Optional[cst.CSTNode] = None
+        body = self.module.body
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                break
+            if isinstance(stmt, cst.SimpleStatementLine):
+                if any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+                    anchor = stmt
+                elif i == 0 and isinstance(stmt.body[0], cst.Expr) and isinstance(
+                    stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString)
+                ) and anchor is None:
+                    anchor = stmt
+        if anchor is None:
+            at = Position(1, 1)
+        else:
+            _, end = self.span(anchor)
+            at = Position(end.row + 1, 1)
+        return Edit(at, at, statement + self.newline)
+
+    def spell(self, full: str) -> Tuple[str, Tuple[Edit, ...]]:
+        """How to write the torch name `full` here, and the import edits that takes.
+
+        Uses the file's own aliases (`th.sigmoid`, `F.softplus`); otherwise adds
+        `import torch.nn.functional as F` (when `F` is free) or `import torch`."""
+        local = self.imports.local_name_for(full)
+        functional = "torch.nn.functional."
+        if full.startswith(functional):
+            existing = self.imports.local_name_for("torch.nn.functional")
+            if existing is not None and "." not in existing:
+                return existing + full[len(functional) - 1:], ()
+            if "F" not in self.top_level_names():
+                return "F" + full[len(functional) - 1:], (
+                    self._import_edit("import torch.nn.functional as F"),
+                )
+        if local is not None and self._is_imported_root(local):
+            return local, ()
+        return full, (self._import_edit("import torch"),)
+
+    def _is_imported_root(self, spelled: str) -> bool:
+        """`torch` is assumed even without an import; a fix must not rely on that."""
+        root = spelled.split(".")[0]
+        if root != "torch":
+            return True
+        return self._imports_torch_root()
+
+    def _imports_torch_root(self) -> bool:
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Import):
+                        for alias in small.names:
+                            full = dotted_name(alias.name) or ""
+                            if alias.asname is None and full.split(".")[0] == "torch":
+                                return True
+        return False
+
+    # ------------------------------------------------------------------ reporting
+    def report(
+        self,
+        rule,
+        node: cst.CSTNode,
+        message: Optional[str] = None,
+        *,
+        edits: Sequence[Edit] = (),
+        fix_message: Optional[str] = None,
+        applicability: Optional[str] = None,
+        probe: Optional[Probe] = None,
+    ) -> Diagnostic:
+        start, end = self.span(node)
+        fix = None
+        if edits and any(self._deletes_comment(e) for e in edits):
+            # A fix must keep the file's comments; one that would drop a comment inside
+            # the rewritten expression is not offered (the finding still is).
+            edits = ()
+        if edits:
+            fix = Fix(
+                message=fix_message or rule.fix_title,
+                edits=tuple(edits),
+                applicability=applicability or rule.fix_applicability or SAFE,
+            )
+        diag = Diagnostic(
+            path=self.path,
+            start=start,
+            end=end,
+            code=rule.code,
+            name=rule.name,
+            message=message or rule.message,
+            fix=fix,
+            probe=probe,
+            line_text=self.line_text(start.row),
+        )
+        self.diagnostics.append(diag)
+        return diag
+
+    def _comment_positions(self) -> List[Tuple[int, int, str]]:
+        if self._comments is None:
+            self._comments = comment_tokens(self.source)
+        return self._comments
+
+    def _deletes_comment(self, edit: Edit) -> bool:
+        if edit.start == edit.end:
+            return False
+        if edit.start.row == edit.end.row and "#" not in self.line_text(edit.start.row):
+            return False
+        for row, col, text in self._comment_positions():
+            if edit.start <= Position(row, col) < edit.end and text not in edit.content:
+                return True
+        return False
+
+    # ------------------------------------------------------------------ probes
+    def canonical(
+        self,
+        node: cst.BaseExpression,
+        env: Optional[Dict[str, Binding]] = None,
+        inline: bool = True,
+    ) -> cst.BaseExpression:
+        """`node` with torch aliases spelled out in full and (with `inline`) local names
+        replaced by what they hold, as a probe's expression must stand on its own."""
+        return node.visit(_Canonicalizer(self, env if env is not None else self.scope.bindings, inline))
+
+    def expression_probe(
+        self,
+        original: cst.BaseExpression,
+        fixed: Optional[cst.BaseExpression],
+        domains: Optional[Dict[str, Tuple[float, float]]] = None,
+    ) -> Probe:
+        """A probe for `original` -> `fixed`, both already canonical (see `canonical`)."""
+        inputs: List[ProbeInput] = []
+        seen: Set[str] = set()
+        for expr in (original, fixed):
+            if expr is None:
+                continue
+            for name in free_inputs(expr):
+                if name in seen:
+                    continue
+                seen.add(name)
+                inputs.append(
+                    ProbeInput(
+                        name=name,
+                        value=self.constant(name),
+                        domain=(domains or {}).get(name),
+                    )
+                )
+        return Probe(
+            kind="expression",
+            original=node_code(original),
+            fixed=node_code(fixed) if fixed is not None else None,
+            inputs=tuple(inputs),
+        )
+
+
+class _Canonicalizer(cst.CSTTransformer):
+    def __init__(self, ctx: FileContext, env: Dict[str, Binding], inline: bool):
+        super().__init__()
+        self.ctx = ctx
+        self.env = env
+        self.inline = inline
+        self._skip: Set[int] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        self._skip.add(id(node.attr))
+        return True
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        if node.keyword is not None:
+            self._skip.add(id(node.keyword))
+        return True
+
+    def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
+        full = self.ctx.qualname(original)
+        if full is not None and full.startswith("torch"):
+            return cst.parse_expression(full).with_changes(lpar=updated.lpar, rpar=updated.rpar)
+        return updated
+
+    def leave_Name(self, original: cst.Name, updated: cst.Name):
+        if id(original) in self._skip:
+            return updated
+        binding = self.env.get(original.value)
+        if self.inline and binding is not None and binding.value is not None:
+            inner = self.ctx.canonical(binding.value, binding.env, True)
+            return parenthesize(inner)
+        full = self.ctx.imports.names.get(original.value)
+        if full is not None and full.startswith("torch") and full != original.value:
+            return cst.parse_expression(full)
+        return updated
+
+
+def free_inputs(node: cst.BaseExpression) -> List[str]:
+    """The names and attribute chains (`x`, `self.k`) a canonical expression reads."""
+    found: List[str] = []
+
+    def walk(n: cst.CSTNode, as_callee: bool = False) -> None:
+        if isinstance(n, cst.Name):
+            if as_callee:
+                return  # a builtin or local function (`float`), not a tensor input
+            if n.value not in ("torch", "math", "True", "False", "None") and n.value not in found:
+                found.append(n.value)
+            return
+        if isinstance(n, cst.Attribute):
+            chain = dotted_name(n)
+            if chain is not None:
+                if chain.split(".")[0] in ("torch", "math"):
+                    return
+                if as_callee:
+                    # `x.exp` called: x is the input.
+                    walk(n.value)
+                    return
+                if chain not in found:
+                    found.append(chain)
+                return
+            walk(n.value)
+            return
+        if isinstance(n, cst.Call):
+            walk(n.func, as_callee=True)
+            for a in n.args:
+                walk(a.value)
+            return
+        for child in n.children:
+            if isinstance(child, cst.Arg):
+                walk(child.value)
+            else:
+                walk(child)
+
+    walk(node)
+    return found
+
+
+def iter_calls(node: cst.CSTNode) -> Iterable[cst.Call]:
+    """Every call inside `node` (depth first), for rules that scan a statement."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Call):
+            yield n
+        stack.extend(reversed(n.children))
+
+
+__all__ = [
+    "FileContext",
+    "Imports",
+    "Binding",
+    "node_code",
+    "dotted_name",
+    "strip_parens",
+    "parenthesize",
+    "is_atom",
+    "free_inputs",
+    "iter_calls",
+    "number_value",
+]

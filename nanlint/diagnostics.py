@@ -1,0 +1,119 @@
+"""The data every rule produces and every formatter, fixer and verifier consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+SAFE = "safe"
+UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """1-based line, 1-based column (as ruff reports them)."""
+
+    row: int
+    column: int
+
+    def to_json(self) -> Dict[str, int]:
+        return {"row": self.row, "column": self.column}
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the source between two positions (end exclusive) by `content`."""
+
+    start: Position
+    end: Position
+    content: str
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "content": self.content,
+            "location": self.start.to_json(),
+            "end_location": self.end.to_json(),
+        }
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A set of edits applied together. `applicability` is SAFE (exact in real arithmetic:
+    only rounding changes) or UNSAFE (changes values or order: an epsilon, a moved statement)."""
+
+    message: str
+    edits: Tuple[Edit, ...]
+    applicability: str = SAFE
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "applicability": self.applicability,
+            "message": self.message,
+            "edits": [e.to_json() for e in self.edits],
+        }
+
+
+@dataclass(frozen=True)
+class ProbeInput:
+    """A free input of a probed expression: a name or attribute chain (`x`, `self.k`).
+
+    `value` is a constant found in the source (`self.k = 50` in `__init__`); `domain` a known
+    closed interval of the value (a sigmoid output lies in [0, 1])."""
+
+    name: str
+    value: Optional[float] = None
+    domain: Optional[Tuple[float, float]] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "domain": list(self.domain) if self.domain is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the verifier needs to run the flagged op.
+
+    kind "expression": `original` and `fixed` are Python expressions over `inputs`, with every
+    torch function spelled by its full name (`torch.nn.functional.softplus`), whatever alias
+    the file used. kind "harness": `harness` names a built-in scenario (a training-loop order,
+    an optimizer setting) and `params` carries what the source said about it."""
+
+    kind: str
+    original: Optional[str] = None
+    fixed: Optional[str] = None
+    inputs: Tuple[ProbeInput, ...] = ()
+    harness: Optional[str] = None
+    params: Tuple[Tuple[str, Any], ...] = ()
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "original": self.original,
+            "fixed": self.fixed,
+            "inputs": [i.to_json() for i in self.inputs],
+            "harness": self.harness,
+            "params": dict(self.params),
+        }
+
+
+@dataclass
+class Diagnostic:
+    path: str
+    start: Position
+    end: Position
+    code: str
+    name: str
+    message: str
+    fix: Optional[Fix] = None
+    probe: Optional[Probe] = None
+    # Source line of `start` (for suppression comments and context in reports).
+    line_text: str = field(default="", compare=False)
+
+    def sort_key(self) -> Tuple[str, int, int, str]:
+        return (self.path, self.start.row, self.start.column, self.code)
+
+    def is_fixable(self, unsafe_fixes: bool) -> bool:
+        return self.fix is not None and (self.fix.applicability == SAFE or unsafe_fixes)

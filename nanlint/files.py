@@ -1,0 +1,98 @@
+"""Which files to lint, and reading and writing them without losing a byte."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Sequence
+
+from .config import ConfigError, Settings
+
+
+def discover(paths: Sequence[str], settings: Settings) -> List[Path]:
+    """Python files under `paths`, sorted, each once. A path named explicitly is linted even
+    when it matches an exclude; a directory walk skips excluded and default-skipped folders."""
+    found = []
+    seen = set()
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise ConfigError(f"path does not exist: {raw}")
+        candidates: Iterator[Path] = iter([p]) if p.is_file() else _walk(p, settings)
+        for f in candidates:
+            key = os.path.normcase(os.path.abspath(f))
+            if key not in seen:
+                seen.add(key)
+                found.append(f)
+    found.sort(key=lambda f: f.as_posix())
+    return found
+
+
+def _walk(root: Path, settings: Settings) -> Iterator[Path]:
+    for directory, dirnames, filenames in os.walk(root):
+        d = Path(directory)
+        dirnames[:] = sorted(n for n in dirnames if not settings.excluded(d / n))
+        for name in sorted(filenames):
+            if name.endswith((".py", ".pyi")):
+                f = d / name
+                if not settings.excluded(f):
+                    yield f
+
+
+@dataclass
+class SourceFile:
+    text: str
+    encoding: str  # as read; written back the same way ("utf-8-sig" keeps a BOM)
+
+
+class SourceError(Exception):
+    pass
+
+
+def read_source(path: Path) -> SourceFile:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"cannot read file: {exc.strerror or exc}") from exc
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        raise SourceError(f"cannot decode file: {exc}") from exc
+    if encoding == "utf-8" and data.startswith(codecs.BOM_UTF8):
+        encoding = "utf-8-sig"
+    try:
+        # No newline translation: `\r\n` stays `\r\n`, so edits keep the file's line endings.
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise SourceError(f"cannot decode file as {encoding}: {exc}") from exc
+    return SourceFile(text, encoding)
+
+
+def write_atomic(path: Path, text: str, encoding: str) -> None:
+    """Write via a temporary file in the same directory and rename over the original,
+    so the file is never half-written; keeps its permission bits."""
+    data = text.encode(encoding)
+    directory = path.parent
+    mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".nanlint", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+

@@ -1,0 +1,139 @@
+"""Apply fixes to a source text until nothing changes; never produce code that does not parse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Sequence, Set, Tuple, Type
+
+import libcst as cst
+
+from .diagnostics import Diagnostic, Edit, Fix
+from .engine import LintResult, lint_source
+from .rules import Rule
+
+MAX_ROUNDS = 20
+
+
+@dataclass
+class FixOutcome:
+    source: str
+    applied: int
+    remaining: LintResult
+    # Fixes dropped because the result would not parse: (diagnostic, reason).
+    dropped: List[Tuple[Diagnostic, str]] = field(default_factory=list)
+
+
+def _offsets(source: str) -> List[int]:
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    return starts
+
+
+def _offset(starts: List[int], source: str, edit_pos) -> int:
+    row, col = edit_pos.row, edit_pos.column
+    if row - 1 >= len(starts):
+        return len(source)
+    return min(starts[row - 1] + col - 1, len(source))
+
+
+def apply_edits(source: str, edits: Sequence[Edit]) -> str:
+    """Apply non-overlapping edits (identical duplicates, like one import added by two
+    fixes, count once)."""
+    starts = _offsets(source)
+    spans = []
+    seen: Set[Tuple[int, int, str]] = set()
+    for e in edits:
+        key = (_offset(starts, source, e.start), _offset(starts, source, e.end), e.content)
+        if key not in seen:
+            seen.add(key)
+            spans.append(key)
+    spans.sort(key=lambda s: (s[0], s[1]))
+    out = []
+    cursor = 0
+    for start, end, content in spans:
+        if start < cursor:
+            raise ValueError("overlapping edits")
+        out.append(source[cursor:start])
+        out.append(content)
+        cursor = end
+    out.append(source[cursor:])
+    return "".join(out)
+
+
+def _overlaps(a: Fix, taken: List[Tuple[int, int, str]], starts, source) -> bool:
+    for e in a.edits:
+        s, t = _offset(starts, source, e.start), _offset(starts, source, e.end)
+        for s2, t2, content in taken:
+            if (s, t, e.content) == (s2, t2, content):
+                continue  # the same edit: shared, not conflicting
+            if s == t and s2 == t2:
+                if s == s2:
+                    return True  # two different insertions at one point: order unclear
+                continue
+            if s < t2 and s2 < t or (s == t and s2 < s < t2) or (s2 == t2 and s < s2 < t):
+                return True
+    return False
+
+
+def parses(source: str) -> bool:
+    try:
+        cst.parse_module(source)
+        return True
+    except Exception:
+        return False
+
+
+def fix_source(
+    path: str,
+    source: str,
+    rule_classes: Sequence[Type[Rule]],
+    unsafe: bool,
+) -> FixOutcome:
+    """Lint, apply the fixes that do not conflict, re-lint, until a fixed point."""
+    applied = 0
+    dropped: List[Tuple[Diagnostic, str]] = []
+    rejected: Set[Tuple[str, Tuple[Edit, ...]]] = set()
+    result = lint_source(path, source, rule_classes)
+    for _ in range(MAX_ROUNDS):
+        candidates = [
+            d
+            for d in result.diagnostics
+            if d.is_fixable(unsafe) and (d.code, d.fix.edits) not in rejected
+        ]
+        if not candidates:
+            break
+        starts = _offsets(source)
+        chosen: List[Diagnostic] = []
+        taken: List[Tuple[int, int, str]] = []
+        # Outer expressions first: a fix that contains another applies now, the inner
+        # one is found again in the rewritten text next round.
+        candidates.sort(key=lambda d: (d.start.row, d.start.column, -d.end.row, -d.end.column))
+        for d in candidates:
+            if _overlaps(d.fix, taken, starts, source):
+                continue
+            chosen.append(d)
+            taken.extend(
+                (_offset(starts, source, e.start), _offset(starts, source, e.end), e.content)
+                for e in d.fix.edits
+            )
+        new_source = apply_edits(source, [e for d in chosen for e in d.fix.edits])
+        if not parses(new_source):
+            # Find the culprits one by one; keep the rest.
+            new_source = source
+            good: List[Diagnostic] = []
+            for d in chosen:
+                trial = apply_edits(source, [e for g in good + [d] for e in g.fix.edits])
+                if parses(trial):
+                    good.append(d)
+                    new_source = trial
+                else:
+                    rejected.add((d.code, d.fix.edits))
+                    dropped.append((d, "the fixed code would not parse"))
+            chosen = good
+        if not chosen or new_source == source:
+            break
+        applied += len(chosen)
+        source = new_source
+        result = lint_source(path, source, rule_classes)
+    return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped)

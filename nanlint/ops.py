@@ -1,0 +1,198 @@
+"""What a call or operator means, whatever its spelling.
+
+`torch.exp(x)`, `th.exp(x)`, `exp(x)` after `from torch import exp`, `x.exp()` and
+`torch.Tensor.exp(x)` are all the op "exp" with operand x. Rules match ops, never spellings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+# Full torch name -> canonical op name.
+_FUNCTION_OPS: Dict[str, str] = {}
+
+
+def _register(op: str, *qualnames: str) -> None:
+    for q in qualnames:
+        _FUNCTION_OPS[q] = op
+
+
+_register("exp", "torch.exp", "torch.special.exp")
+_register("log", "torch.log")
+_register("log1p", "torch.log1p", "torch.special.log1p")
+_register("expm1", "torch.expm1", "torch.special.expm1")
+_register("sigmoid", "torch.sigmoid", "torch.special.expit", "torch.nn.functional.sigmoid")
+_register("softmax", "torch.softmax", "torch.special.softmax", "torch.nn.functional.softmax")
+_register(
+    "log_softmax",
+    "torch.log_softmax",
+    "torch.special.log_softmax",
+    "torch.nn.functional.log_softmax",
+)
+_register("logsigmoid", "torch.nn.functional.logsigmoid")
+_register("softplus", "torch.nn.functional.softplus")
+_register("logsumexp", "torch.logsumexp", "torch.special.logsumexp")
+_register("reciprocal", "torch.reciprocal")
+_register("add", "torch.add")
+_register("sub", "torch.sub", "torch.subtract")
+_register("mul", "torch.mul", "torch.multiply")
+_register("div", "torch.div", "torch.divide", "torch.true_divide")
+_register("neg", "torch.neg", "torch.negative")
+_register("pow", "torch.pow")
+_register("sum", "torch.sum")
+_register("mean", "torch.mean")
+_register("relu", "torch.relu", "torch.nn.functional.relu")
+_register("clamp", "torch.clamp", "torch.clip")
+_register("clamp_min", "torch.clamp_min")
+_register("sqrt", "torch.sqrt")
+_register("abs", "torch.abs", "torch.absolute")
+_register("square", "torch.square")
+_register("cross_entropy", "torch.nn.functional.cross_entropy")
+_register("nll_loss", "torch.nn.functional.nll_loss")
+_register("binary_cross_entropy", "torch.nn.functional.binary_cross_entropy")
+_register(
+    "binary_cross_entropy_with_logits",
+    "torch.nn.functional.binary_cross_entropy_with_logits",
+)
+
+# Tensor methods -> (op, how many positional arguments the method form may take).
+# A method spelled like an op but called with other arities is someone else's method
+# (`logger.log("msg")`, `s.add(x)` on a set is filtered by the ops around it).
+_METHOD_OPS: Dict[str, Tuple[str, Tuple[int, ...]]] = {
+    "exp": ("exp", (0,)),
+    "log": ("log", (0,)),
+    "log1p": ("log1p", (0,)),
+    "expm1": ("expm1", (0,)),
+    "sigmoid": ("sigmoid", (0,)),
+    "softmax": ("softmax", (0, 1)),
+    "log_softmax": ("log_softmax", (0, 1)),
+    "logsumexp": ("logsumexp", (0, 1)),
+    "reciprocal": ("reciprocal", (0,)),
+    "add": ("add", (1,)),
+    "sub": ("sub", (1,)),
+    "mul": ("mul", (1,)),
+    "div": ("div", (1,)),
+    "neg": ("neg", (0,)),
+    "pow": ("pow", (1,)),
+    "sum": ("sum", (0, 1)),
+    "mean": ("mean", (0, 1)),
+    "relu": ("relu", (0,)),
+    "clamp": ("clamp", (0, 1, 2)),
+    "clip": ("clamp", (0, 1, 2)),
+    "clamp_min": ("clamp_min", (1,)),
+    "sqrt": ("sqrt", (0,)),
+    "abs": ("abs", (0,)),
+    "square": ("square", (0,)),
+}
+
+# The method name a canonical op has on tensors (for fixes that keep the method style).
+TENSOR_METHOD = {op: name for name, (op, _) in _METHOD_OPS.items() if name != "clip"}
+
+_BINARY_OPS = {
+    cst.Add: "add",
+    cst.Subtract: "sub",
+    cst.Multiply: "mul",
+    cst.Divide: "div",
+    cst.Power: "pow",
+}
+
+
+@dataclass
+class Op:
+    """An operation and its operands, receiver first for a method call."""
+
+    name: str
+    args: List[cst.BaseExpression]
+    kwargs: Dict[str, cst.BaseExpression]
+    node: cst.BaseExpression
+    # "function" (torch.exp(x)), "method" (x.exp()) or "operator" (a + b, -a).
+    style: str
+    # For "function": the spelled function expression (`th.exp`, `F.softmax`).
+    func: Optional[cst.BaseExpression] = field(default=None, repr=False)
+
+    def arg(self, index: int, keyword: Optional[str] = None) -> Optional[cst.BaseExpression]:
+        if index < len(self.args):
+            return self.args[index]
+        if keyword is not None:
+            return self.kwargs.get(keyword)
+        return None
+
+
+def number_value(node: cst.BaseExpression) -> Optional[float]:
+    """The value of a numeric literal (`1`, `1.0`, `-1`, `1e-8`), else None."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        try:
+            return float(node.evaluated_value)
+        except (ValueError, OverflowError):
+            return None
+    if isinstance(node, cst.UnaryOperation):
+        inner = number_value(node.expression)
+        if inner is None:
+            return None
+        if isinstance(node.operator, cst.Minus):
+            return -inner
+        if isinstance(node.operator, cst.Plus):
+            return inner
+    return None
+
+
+def split_args(
+    args: Sequence[cst.Arg],
+) -> Optional[Tuple[List[cst.BaseExpression], Dict[str, cst.BaseExpression]]]:
+    """Positional and keyword arguments; None where `*args`/`**kw` make them unknowable."""
+    positional: List[cst.BaseExpression] = []
+    keywords: Dict[str, cst.BaseExpression] = {}
+    for a in args:
+        if a.star:
+            return None
+        if a.keyword is not None:
+            keywords[a.keyword.value] = a.value
+        else:
+            positional.append(a.value)
+    return positional, keywords
+
+
+def match_op(node: cst.CSTNode, qualname_of) -> Optional[Op]:
+    """The op `node` performs, or None. `qualname_of(expr)` resolves imports."""
+    if isinstance(node, cst.BinaryOperation):
+        name = _BINARY_OPS.get(type(node.operator))
+        if name is None:
+            return None
+        return Op(name, [node.left, node.right], {}, node, "operator")
+    if isinstance(node, cst.UnaryOperation):
+        if isinstance(node.operator, cst.Minus) and number_value(node) is None:
+            return Op("neg", [node.expression], {}, node, "operator")
+        return None
+    if not isinstance(node, cst.Call):
+        return None
+    split = split_args(node.args)
+    if split is None:
+        return None
+    positional, keywords = split
+    func = node.func
+    qualname = qualname_of(func)
+    if qualname is not None:
+        if qualname.startswith("torch.Tensor."):
+            method = _METHOD_OPS.get(qualname[len("torch.Tensor."):])
+            if method is None or not positional:
+                return None
+            return Op(method[0], positional, keywords, node, "function", func)
+        op = _FUNCTION_OPS.get(qualname)
+        if op is None:
+            return None
+        # `x` as keyword `input=` is allowed by torch functions.
+        if not positional and "input" in keywords:
+            positional = [keywords.pop("input")]
+        return Op(op, positional, keywords, node, "function", func)
+    if isinstance(func, cst.Attribute):
+        method = _METHOD_OPS.get(func.attr.value)
+        if method is None or len(positional) not in method[1]:
+            return None
+        # `np.exp`, `math.log`, a module's function: not a tensor method.
+        if qualname_of(func.value) is not None:
+            return None
+        return Op(method[0], [func.value] + positional, keywords, node, "method", func)
+    return None

@@ -1,0 +1,27 @@
+"""A JSON list with ruff's keys, plus `name` and `probe` (what `nanlint verify` consumes)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List
+
+from .. import RULES_URL
+from ..diagnostics import Diagnostic
+
+
+def to_dict(d: Diagnostic) -> Dict[str, Any]:
+    return {
+        "code": d.code,
+        "name": d.name,
+        "message": d.message,
+        "filename": d.path,
+        "location": d.start.to_json(),
+        "end_location": d.end.to_json(),
+        "fix": d.fix.to_json() if d.fix else None,
+        "url": RULES_URL.format(code=d.code),
+        "probe": d.probe.to_json() if d.probe else None,
+    }
+
+
+def render(diagnostics: List[Diagnostic], **_) -> str:
+    return json.dumps([to_dict(d) for d in diagnostics], indent=2) + "\n"

@@ -1,0 +1,77 @@
+"""Rule pages (ruff's shape): rendered from the rule classes into rules/CODE.md and shown by
+`nanlint rule CODE`; rules/README.md is the catalog. A test keeps the files in sync."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Type
+
+from .rules import Rule, all_rules
+
+
+def _fix_line(rule: Type[Rule]) -> str:
+    if rule.fix_applicability is None:
+        return "Fix: none (the right change depends on intent; the page says what to do)."
+    flag = "`--fix`" if rule.fix_applicability == "safe" else "`--fix --unsafe-fixes`"
+    return f"Fix: {rule.fix_applicability}, applied with {flag}."
+
+
+def render_page(rule: Type[Rule]) -> str:
+    parts: List[str] = [f"# {rule.code} {rule.name}", ""]
+    parts.append(f"{rule.summary or rule.message}")
+    parts.append("")
+    parts.append(
+        f"Default: {'on' if rule.default_enabled else 'off (enable with `--extend-select ' + rule.code + '`)'}. "
+        + _fix_line(rule)
+    )
+    parts.append("")
+    parts.append(f"Message: {rule.message}.")
+    sections = [
+        ("Why is this bad?", rule.why),
+        ("Where it fails (measured)", rule.measured),
+        ("Example", rule.example),
+        ("Use instead", rule.use_instead),
+        ("Fix safety", rule.fix_notes),
+    ]
+    for title, body in sections:
+        if body.strip():
+            parts += ["", f"## {title}", "", body.strip()]
+    if rule.references:
+        parts += ["", "## References", ""]
+        parts += [f"- {ref}" for ref in rule.references]
+    return "\n".join(parts) + "\n"
+
+
+def render_catalog() -> str:
+    lines = [
+        "# nanlint rules",
+        "",
+        "Generated from the rule classes (`python -m nanlint.pages`); `nanlint rule CODE` prints a page.",
+        "",
+        "| code | name | what fails | fix | on by default |",
+        "|---|---|---|---|---|",
+    ]
+    for rule in all_rules():
+        fix = rule.fix_applicability or "none"
+        lines.append(
+            f"| [{rule.code}]({rule.code}.md) | {rule.name} | {rule.summary or rule.message} "
+            f"| {fix} | {'yes' if rule.default_enabled else 'no'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def expected_files() -> dict:
+    files = {f"{rule.code}.md": render_page(rule) for rule in all_rules()}
+    files["README.md"] = render_catalog()
+    return files
+
+
+def write_pages(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in expected_files().items():
+        (directory / name).write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_pages(Path(sys.argv[1] if len(sys.argv) > 1 else "rules"))

@@ -1,0 +1,241 @@
+"""Precision facts: autocast regions, evident half precision, no-grad regions.
+
+The engine calls `enter`/`leave` for every `with` block and function as it walks the file,
+so a rule can ask at any node: am I inside autocast (which device, which dtype)? is this
+value evidently float16/bfloat16? are gradients off here?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Set
+
+import libcst as cst
+
+from .ops import split_args
+
+_AUTOCAST = {
+    "torch.autocast": None,  # device from the first argument / device_type=
+    "torch.amp.autocast": None,
+    "torch.amp.autocast_mode.autocast": None,
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
+HALF_DTYPES = {
+    "torch.float16": "float16",
+    "torch.half": "float16",
+    "torch.bfloat16": "bfloat16",
+    "torch.HalfTensor": "float16",
+    "torch.cuda.HalfTensor": "float16",
+    "torch.BFloat16Tensor": "bfloat16",
+    "torch.cuda.BFloat16Tensor": "bfloat16",
+}
+_HALF_STRINGS = {"'float16'": "float16", '"float16"': "float16", "'half'": "float16",
+                 '"half"': "float16", "'bfloat16'": "bfloat16", '"bfloat16"': "bfloat16"}
+
+
+@dataclass(frozen=True)
+class AutocastRegion:
+    device: Optional[str]  # "cuda", "cpu", or None when not evident
+    dtype: Optional[str]  # "float16", "bfloat16", or None for the device default
+    node: cst.CSTNode
+
+    @property
+    def effective_dtype(self) -> Optional[str]:
+        if self.dtype is not None:
+            return self.dtype
+        if self.device == "cuda":
+            return "float16"
+        if self.device == "cpu":
+            return "bfloat16"
+        return None
+
+
+class Precision:
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.autocast: List[AutocastRegion] = []
+        self._no_grad_depth = 0
+        self._pushed: List[tuple] = []
+        # Names and attribute chains made half precision somewhere in the file
+        # (`model.half()`, `self.net = Net().half()`, `model.to(torch.float16)`).
+        self.half_modules: Set[str] = set()
+
+    # ------------------------------------------------------------------ regions
+    def enter(self, node: cst.CSTNode) -> None:
+        pushed_autocast = 0
+        pushed_no_grad = 0
+        for call in _region_calls(node):
+            region = self.autocast_region(call)
+            if region is not None:
+                self.autocast.append(region)
+                pushed_autocast += 1
+            elif self._is_no_grad(call):
+                self._no_grad_depth += 1
+                pushed_no_grad += 1
+        self._pushed.append((pushed_autocast, pushed_no_grad))
+
+    def leave(self, node: cst.CSTNode) -> None:
+        pushed_autocast, pushed_no_grad = self._pushed.pop()
+        for _ in range(pushed_autocast):
+            self.autocast.pop()
+        self._no_grad_depth -= pushed_no_grad
+
+    @property
+    def in_autocast(self) -> Optional[AutocastRegion]:
+        return self.autocast[-1] if self.autocast else None
+
+    @property
+    def in_no_grad(self) -> bool:
+        return self._no_grad_depth > 0
+
+    def autocast_region(self, call: cst.BaseExpression) -> Optional[AutocastRegion]:
+        if not isinstance(call, cst.Call):
+            return None
+        full = self.ctx.qualname(call.func)
+        name = full
+        if full is None:
+            # `accelerator.autocast()`, `self.autocast_ctx()`: a method named autocast.
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == "autocast":
+                name = "autocast"
+            else:
+                return None
+        elif full not in _AUTOCAST:
+            return None
+        split = split_args(call.args)
+        positional, keywords = split if split is not None else ([], {})
+        enabled = keywords.get("enabled")
+        if enabled is not None and isinstance(enabled, cst.Name) and enabled.value == "False":
+            return None
+        device = _AUTOCAST.get(name) if name in _AUTOCAST else None
+        if device is None and name in _AUTOCAST:
+            dev = keywords.get("device_type") or (positional[0] if positional else None)
+            if isinstance(dev, cst.SimpleString):
+                device = dev.evaluated_value.split(":")[0]
+        dtype_expr = keywords.get("dtype")
+        if dtype_expr is None and name in ("torch.autocast", "torch.amp.autocast") and len(positional) > 1:
+            dtype_expr = positional[1]
+        dtype = self.dtype_of(dtype_expr) if dtype_expr is not None else None
+        return AutocastRegion(device=device, dtype=dtype, node=call)
+
+    def _is_no_grad(self, call: cst.BaseExpression) -> bool:
+        target = call.func if isinstance(call, cst.Call) else call
+        full = self.ctx.qualname(target)
+        return full in _NO_GRAD
+
+    # ------------------------------------------------------------------ dtypes
+    def dtype_of(self, expr: Optional[cst.BaseExpression]) -> Optional[str]:
+        """"float16"/"bfloat16" where `expr` names a half dtype, else None."""
+        if expr is None:
+            return None
+        full = self.ctx.qualname(expr)
+        if full in HALF_DTYPES:
+            return HALF_DTYPES[full]
+        if isinstance(expr, cst.SimpleString):
+            return _HALF_STRINGS.get(expr.value)
+        return None
+
+    def half_dtype(self, expr: cst.BaseExpression, depth: int = 4) -> Optional[str]:
+        """The half dtype `expr` evidently has (float16 or bfloat16), else None.
+
+        Evidence: `.half()`/`.bfloat16()`, `.to(torch.float16)`, `.type(torch.HalfTensor)`,
+        a factory with `dtype=torch.float16`, a local name assigned from one of those, or the
+        output of a module made half in this file (`model.half()` then `model(x)`)."""
+        expr, env = self.ctx.resolve(expr, None, depth)
+        return self._half_dtype(expr, env, depth)
+
+    def _half_dtype(self, expr, env, depth) -> Optional[str]:
+        if depth <= 0:
+            return None
+        if isinstance(expr, cst.Name):
+            expr, env = self.ctx.resolve(expr, env, 1)
+            if isinstance(expr, cst.Name):
+                return None
+        if not isinstance(expr, cst.Call):
+            return None
+        func = expr.func
+        split = split_args(expr.args)
+        if split is None:
+            return None
+        positional, keywords = split
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method == "half" and not positional:
+                return "float16"
+            if method == "bfloat16" and not positional:
+                return "bfloat16"
+            if method in ("to", "type"):
+                for candidate in positional + [keywords.get("dtype")]:
+                    dtype = self.dtype_of(candidate) if candidate is not None else None
+                    if dtype:
+                        return dtype
+                return None
+            if method in ("float", "double", "float32"):
+                return None
+        dtype = self.dtype_of(keywords.get("dtype"))
+        if dtype:
+            return dtype
+        # A module made half in this file, called: its output is half.
+        callee = _chain(func)
+        if callee is not None and callee in self.half_modules:
+            return "float16"
+        return None
+
+    def note_statement(self, node: cst.CSTNode) -> None:
+        """Record modules made half precision by a statement (`model.half()`)."""
+        if isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+            call = node.value
+            if isinstance(call.func, cst.Attribute) and self._converts_to_half(call):
+                target = _chain(call.func.value)
+                if target:
+                    self.half_modules.add(target)
+        elif isinstance(node, (cst.Assign, cst.AnnAssign)):
+            value = node.value
+            if isinstance(value, cst.Call) and self._converts_to_half_chain(value):
+                targets = (
+                    [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                )
+                for t in targets:
+                    chain = _chain(t)
+                    if chain:
+                        self.half_modules.add(chain)
+
+    def _converts_to_half(self, call: cst.Call) -> bool:
+        if not isinstance(call.func, cst.Attribute):
+            return False
+        method = call.func.attr.value
+        if method in ("half", "bfloat16") and not call.args:
+            return True
+        if method == "to":
+            return any(self.dtype_of(a.value) for a in call.args)
+        return False
+
+    def _converts_to_half_chain(self, call: cst.Call) -> bool:
+        """`Net().cuda().half()`, `model.to(device).half()`: any link converts."""
+        node: cst.BaseExpression = call
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if self._converts_to_half(node):
+                return True
+            node = node.func.value
+        return False
+
+
+def _chain(node: cst.BaseExpression) -> Optional[str]:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = _chain(node.value)
+        return None if base is None else f"{base}.{node.attr.value}"
+    return None
+
+
+def _region_calls(node: cst.CSTNode):
+    if isinstance(node, cst.With):
+        for item in node.items:
+            yield item.item
+    elif isinstance(node, cst.FunctionDef):
+        for deco in node.decorators:
+            yield deco.decorator

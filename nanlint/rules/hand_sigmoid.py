@@ -1,0 +1,166 @@
+"""NAN101: a sigmoid written by hand with `exp`."""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import libcst as cst
+
+from ..context import FileContext, node_code, parenthesize, strip_parens
+from ..ops import number_value
+from .base import SAFE, Rule
+
+
+def negate(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
+    """-node, simplifying `-(-z)`, `torch.neg(z)` and `-k * z` (that is `(-k) * z`)."""
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        return strip_parens(node.expression)
+    if (
+        isinstance(node, cst.BinaryOperation)
+        and isinstance(node.operator, (cst.Multiply, cst.Divide))
+        and not node.lpar
+    ):
+        left = node.left
+        if isinstance(left, cst.UnaryOperation) and isinstance(left.operator, cst.Minus) and not left.lpar:
+            return node.with_changes(left=left.expression)
+        if isinstance(left, cst.BinaryOperation) and not left.lpar:
+            inner = negate(ctx, left)
+            if not isinstance(inner, cst.UnaryOperation):
+                return node.with_changes(left=inner)
+    op = ctx.op(node)
+    if op is not None and op.name == "neg" and op.style != "operator" and op.args:
+        return strip_parens(op.args[0])
+    return cst.UnaryOperation(operator=cst.Minus(), expression=parenthesize(strip_parens(node)))
+
+
+def one_plus_exp(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """A where `node` is `1 + exp(A)` in any order or spelling (`exp(A).add(1)`)."""
+    op = ctx.op(node)
+    if op is None or op.name != "add" or len(op.args) != 2 or "alpha" in op.kwargs:
+        return None
+    for one, other in ((op.args[0], op.args[1]), (op.args[1], op.args[0])):
+        if number_value(one) == 1.0:
+            inner = ctx.op(other)
+            if inner is not None and inner.name == "exp" and len(inner.args) == 1:
+                return inner.args[0]
+    return None
+
+
+class HandWrittenSigmoid(Rule):
+    code = "NAN101"
+    name = "sigmoid-by-hand"
+    message = (
+        "Sigmoid written with `exp`: once `exp` overflows to inf (|z| > 11.1 in float16, "
+        "> 88.7 in float32) the gradient is NaN; use `torch.sigmoid`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `torch.sigmoid`"
+    summary = "Sigmoid spelled as `1 / (1 + exp(-z))`: NaN gradient once `exp` overflows."
+    why = """\
+`1 / (1 + exp(-z))` is the sigmoid in real arithmetic, but not in floating point. For
+`z` below -88.7 (float32), -89 (bfloat16) or -11.09 (float16), `exp(-z)` is `inf`. The
+forward value still comes out as 0, so nothing looks wrong, but the backward pass
+multiplies `inf` by 0 and the gradient is NaN. One NaN gradient poisons every weight at the
+next optimizer step.
+
+`torch.sigmoid` evaluates the same function without forming `exp(-z)` for large `|z|`; its
+gradient `s * (1 - s)` is finite everywhere.
+
+The DBNet differentiable binarization step `torch.reciprocal(1 + torch.exp(-k * (x - y)))`
+with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32 and yields NaN
+gradients as soon as it runs in float16.
+"""
+    example = """\
+```python
+import torch
+
+def step(x, y, k=50):
+    return torch.reciprocal(1 + torch.exp(-k * (x - y)))
+```"""
+    use_instead = """\
+```python
+import torch
+
+def step(x, y, k=50):
+    return torch.sigmoid(k * (x - y))
+```"""
+    measured = """\
+| input | dtype | original | `torch.sigmoid` |
+|---|---|---|---|
+| z = -12 | float16 | forward 0, gradient NaN | gradient 0 |
+| z = -89 | float32 | forward 0, gradient NaN | gradient 0 |
+| z = -90 | bfloat16 | forward 0, gradient NaN | gradient 0 |
+"""
+    fix_notes = "Safe: the rewrite is exact in real arithmetic; only rounding changes."
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.sigmoid.html",
+        "https://github.com/MhLiao/DB (the DBNet step function)",
+    )
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def _match(
+        self, node: cst.BaseExpression, ctx: FileContext
+    ) -> Optional[Tuple[cst.BaseExpression, bool]]:
+        """(the sigmoid's argument, whether the match went through a local variable)."""
+        op = ctx.op(node)
+        if op is None or len(op.args) < 1:
+            return None
+        denominator = None
+        if op.name == "reciprocal" and len(op.args) == 1:
+            denominator = op.args[0]
+        elif op.name == "div" and len(op.args) == 2 and not op.kwargs:
+            numerator, denominator = op.args
+            if number_value(numerator) != 1.0:
+                # exp(A) / (1 + exp(A)) is sigmoid(A).
+                top = ctx.op(numerator)
+                if top is None or top.name != "exp" or len(top.args) != 1:
+                    return None
+                bottom, through_local = self._denominator(denominator, ctx)
+                if bottom is None or node_code(bottom) != node_code(top.args[0]):
+                    return None
+                return top.args[0], through_local
+        elif op.name == "pow" and len(op.args) == 2 and number_value(op.args[1]) == -1.0:
+            denominator = op.args[0]
+        if denominator is None:
+            return None
+        argument, through_local = self._denominator(denominator, ctx)
+        if argument is None:
+            return None
+        return negate(ctx, argument), through_local
+
+    def _denominator(self, node, ctx):
+        argument = one_plus_exp(ctx, node)
+        if argument is not None:
+            return argument, False
+        value = ctx.value_of(node)
+        if value is not node:
+            argument = one_plus_exp(ctx, value)
+            if argument is not None:
+                return argument, True
+        return None, False
+
+    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        match = self._match(node, ctx)
+        if match is None:
+            return
+        argument, through_local = match
+        sigmoid, imports = ctx.spell("torch.sigmoid")
+        replacement = f"{sigmoid}({node_code(strip_parens(argument))})"
+        if node.lpar:
+            replacement = "(" + replacement + ")"
+        original = ctx.canonical(node)
+        fixed = cst.parse_expression(
+            f"torch.sigmoid({node_code(strip_parens(ctx.canonical(argument)))})"
+        )
+        edits = () if through_local else (ctx.replace(node, replacement),) + imports
+        ctx.report(
+            self,
+            node,
+            edits=edits,
+            probe=ctx.expression_probe(original, fixed),
+        )
