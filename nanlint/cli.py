@@ -5,20 +5,16 @@ Exit codes (ruff's): 0 no finding remains, 1 findings remain, 2 usage/config/int
 
 from __future__ import annotations
 
-import difflib
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import List, Optional, Sequence
 
 import click
 
 from . import __version__
-from .config import ConfigError, apply_cli, load_settings, relative_display, select_rules
+from .config import ConfigError, apply_cli, load_settings
 from .diagnostics import Diagnostic
-from .engine import io_error, lint_source
-from .files import SourceError, discover, read_source, write_atomic
-from .fixes import fix_source
+from .runner import run
 from .output import FORMATS, render
 from .rules import all_rules, get_rule
 
@@ -70,52 +66,15 @@ def check(
     """Lint PATHS (default: the current directory)."""
     settings = load_settings(config_path)
     settings = apply_cli(settings, select, extend_select, ignore)
-    rules = select_rules(settings)
-    files = discover(list(paths) or ["."], settings)
-
-    diagnostics: List[Diagnostic] = []
-    internal_errors: List[str] = []
-    fixed = 0
-    diffs: List[str] = []
-    for path in files:
-        display = relative_display(path)
-        try:
-            source = read_source(path)
-        except SourceError as exc:
-            diagnostics.append(io_error(display, str(exc)))
-            continue
-        file_rules = settings.rules_for(path, rules)
-        if not (fix or diff):
-            result = lint_source(display, source.text, file_rules)
-            diagnostics.extend(result.diagnostics)
-            internal_errors.extend(result.errors)
-            continue
-        outcome = fix_source(display, source.text, file_rules, unsafe_fixes)
-        internal_errors.extend(outcome.remaining.errors)
-        for d, reason in outcome.dropped:
-            click.echo(
-                f"nanlint: warning: fix for {d.code} at {d.path}:{d.start.row}:{d.start.column} "
-                f"dropped: {reason}",
-                err=True,
-            )
-        if outcome.source != source.text:
-            fixed += outcome.applied
-            if diff:
-                diffs.append(_unified_diff(display, source.text, outcome.source))
-            else:
-                try:
-                    write_atomic(path, outcome.source, source.encoding)
-                except OSError as exc:
-                    internal_errors.append(f"cannot write {display}: {exc}")
-                    continue
-        diagnostics.extend(outcome.remaining.diagnostics)
-
-    diagnostics.sort(key=Diagnostic.sort_key)
+    result = run(paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+    diagnostics, internal_errors, fixed = result.diagnostics, result.errors, result.fixed
+    for message in result.warnings:
+        click.echo(f"nanlint: warning: {message}", err=True)
     for message in internal_errors:
         click.echo(f"nanlint: error: {message}", err=True)
 
     if diff:
-        sys.stdout.write("".join(diffs))
+        sys.stdout.write("".join(result.diffs))
         if fixed:
             click.echo(f"Would fix {_plural(fixed, 'problem')}.", err=True)
         else:
@@ -131,19 +90,6 @@ def check(
     if internal_errors:
         sys.exit(2)
     sys.exit(1 if diagnostics and not exit_zero else 0)
-
-
-def _unified_diff(display: str, before: str, after: str) -> str:
-    lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
-        fromfile=f"a/{display}",
-        tofile=f"b/{display}",
-    )
-    out = []
-    for line in lines:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
 
 
 def _print_statistics(diagnostics: List[Diagnostic], fmt: str, unsafe: bool) -> None:
@@ -186,7 +132,7 @@ def _print_summary(diagnostics: List[Diagnostic], fix: bool, fixed: int, unsafe:
         )
 
 
-@cli.command("rule")
+@cli.command("rule", short_help="Print the page of rule CODE.")
 @click.argument("code")
 def rule_command(code: str) -> None:
     """Print the page of rule CODE (e.g. NAN101)."""

@@ -64,13 +64,24 @@ class Settings:
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None  # the file the settings came from
 
-    def excluded(self, path: Path) -> bool:
+    def excluded(self, path: Path, below: Optional[Path] = None) -> bool:
+        """Whether `path` matches an exclude pattern. With `below` (a directory named on
+        the command line), only the part of the path under it counts: `nanlint gen/` lints
+        `gen/` even when `gen` is excluded."""
         patterns = self.exclude + self.extend_exclude
+        rel = self._relative(path)
+        skip = 0
+        if below is not None:
+            base = self._relative(below).rstrip("/")
+            if base not in ("", ".") and rel.startswith(base + "/"):
+                skip = len(base.split("/"))
+        return any(_glob_match(rel, path.name, p, skip) for p in patterns)
+
+    def _relative(self, path: Path) -> str:
         try:
-            rel = path.resolve().relative_to(self.root.resolve()).as_posix()
+            return path.resolve().relative_to(self.root.resolve()).as_posix()
         except ValueError:
-            rel = path.as_posix()
-        return any(_glob_match(rel, path.name, p) for p in patterns)
+            return path.as_posix()
 
     def rules_for(self, path: Path, selected: Sequence[Type[Rule]]) -> List[Type[Rule]]:
         if not self.per_file_ignores:
@@ -86,13 +97,14 @@ class Settings:
         return [r for r in selected if not _matches_any(r.code, ignored, exact_for_off=False)]
 
 
-def _glob_match(rel: str, name: str, pattern: str) -> bool:
+def _glob_match(rel: str, name: str, pattern: str, skip: int = 0) -> bool:
     pattern = pattern.rstrip("/")
     if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern):
         return True
-    # A pattern matches a path below it too: `fixtures` excludes `fixtures/a.py`.
+    # A pattern matches a path below it too: `fixtures` excludes `fixtures/a.py`
+    # (but not when `fixtures` is among the first `skip` parts: the directory named).
     parts = rel.split("/")
-    for i in range(1, len(parts)):
+    for i in range(skip + 1, len(parts)):
         if fnmatch.fnmatch("/".join(parts[:i]), pattern) or fnmatch.fnmatch(parts[i - 1], pattern):
             return True
     return False
@@ -146,8 +158,11 @@ def find_config(start: Path) -> Optional[Path]:
         if candidate.is_file():
             try:
                 data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read {candidate}: {exc}") from exc
+            except tomllib.TOMLDecodeError as exc:
+                # Skipping it would silently drop the user's settings.
+                raise ConfigError(f"{candidate}: invalid TOML: {exc}") from exc
             if "nanlint" in data.get("tool", {}):
                 return candidate
     return None

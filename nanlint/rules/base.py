@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar, Optional, Tuple
 
 from ..diagnostics import SAFE, UNSAFE  # noqa: F401  (re-exported for rule modules)
@@ -24,6 +25,10 @@ class Rule:
     fix_applicability: ClassVar[Optional[str]] = None
     fix_title: ClassVar[str] = ""
     default_enabled: ClassVar[bool] = True
+    # A regex that any file this rule can fire on must contain (e.g. r"\bexp\b"): the
+    # engine runs the rule only on such files and skips parsing files no rule can match.
+    # None: always run.
+    triggers: ClassVar[Optional[str]] = None
 
     # Documentation (Markdown). `measured` states where the original fails, with figures.
     summary: ClassVar[str] = ""
@@ -33,6 +38,19 @@ class Rule:
     measured: ClassVar[str] = ""
     fix_notes: ClassVar[str] = ""
     references: ClassVar[Tuple[str, ...]] = ()
+
+    @classmethod
+    def may_fire(cls, source: str) -> bool:
+        """Whether this rule can report anything on `source` (hooks present, triggers met)."""
+        if not any(a.startswith(("visit_", "leave_")) for a in dir(cls)):
+            return False  # the engine's own findings (NAN001, NAN002)
+        if cls.triggers is None:
+            return True
+        pattern = cls.__dict__.get("_trigger_re")
+        if pattern is None:
+            pattern = re.compile(cls.triggers)
+            cls._trigger_re = pattern
+        return pattern.search(source) is not None
 
     @classmethod
     def fixable(cls) -> bool:

@@ -55,6 +55,7 @@ class HandWrittenSigmoid(Rule):
     )
     fix_applicability = SAFE
     fix_title = "Replace with `torch.sigmoid`"
+    triggers = r"\bexp\b"
     summary = "Sigmoid spelled as `1 / (1 + exp(-z))`: NaN gradient once `exp` overflows."
     why = """\
 `1 / (1 + exp(-z))` is the sigmoid in real arithmetic, but not in floating point. For
