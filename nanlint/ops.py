@@ -22,6 +22,8 @@ def _register(op: str, *qualnames: str) -> None:
 
 _register("exp", "torch.exp", "torch.special.exp")
 _register("log", "torch.log")
+_register("log2", "torch.log2")
+_register("log10", "torch.log10")
 _register("log1p", "torch.log1p", "torch.special.log1p")
 _register("expm1", "torch.expm1", "torch.special.expm1")
 _register("sigmoid", "torch.sigmoid", "torch.special.expit", "torch.nn.functional.sigmoid")
@@ -44,6 +46,8 @@ _register("neg", "torch.neg", "torch.negative")
 _register("pow", "torch.pow")
 _register("sum", "torch.sum")
 _register("mean", "torch.mean")
+_register("max", "torch.max")
+_register("amax", "torch.amax")
 _register("relu", "torch.relu", "torch.nn.functional.relu")
 _register("clamp", "torch.clamp", "torch.clip")
 _register("clamp_min", "torch.clamp_min")
@@ -64,6 +68,8 @@ _register(
 _METHOD_OPS: Dict[str, Tuple[str, Tuple[int, ...]]] = {
     "exp": ("exp", (0,)),
     "log": ("log", (0,)),
+    "log2": ("log2", (0,)),
+    "log10": ("log10", (0,)),
     "log1p": ("log1p", (0,)),
     "expm1": ("expm1", (0,)),
     "sigmoid": ("sigmoid", (0,)),
@@ -77,8 +83,10 @@ _METHOD_OPS: Dict[str, Tuple[str, Tuple[int, ...]]] = {
     "div": ("div", (1,)),
     "neg": ("neg", (0,)),
     "pow": ("pow", (1,)),
-    "sum": ("sum", (0, 1)),
+    "sum": ("sum", (0, 1, 2)),  # x.sum(dim, keepdim)
     "mean": ("mean", (0, 1)),
+    "max": ("max", (0, 1, 2)),
+    "amax": ("amax", (0, 1, 2)),
     "relu": ("relu", (0,)),
     "clamp": ("clamp", (0, 1, 2)),
     "clip": ("clamp", (0, 1, 2)),

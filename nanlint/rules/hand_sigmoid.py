@@ -151,9 +151,8 @@ def step(x, y, k=50):
             return
         argument, through_local = match
         sigmoid, imports = ctx.spell("torch.sigmoid")
+        # The node's span excludes its own parentheses: they stay in the file.
         replacement = f"{sigmoid}({node_code(strip_parens(argument))})"
-        if node.lpar:
-            replacement = "(" + replacement + ")"
         original = ctx.canonical(node)
         fixed = cst.parse_expression(
             f"torch.sigmoid({node_code(strip_parens(ctx.canonical(argument)))})"

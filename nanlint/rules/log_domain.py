@@ -1,0 +1,1110 @@
+"""NAN102-NAN108: log-domain functions written by hand with `exp` and `log`.
+
+`log(softmax)`, `log(sigmoid)`, `log(1 + exp)`, `log(1 + x)`, `exp(x) - 1`,
+`log(exp(x).sum())` and `exp(x) / exp(x).sum()` each have a fused torch function that is
+exact in real arithmetic and avoids the overflow, underflow or cancellation of the
+spelled-out form. Every fix here is safe: it only changes rounding.
+
+A hazard that reaches the `log` (or the division) through a local variable in the same
+function is reported without a fix: the intermediate value may be used elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+import libcst as cst
+
+from ..context import FileContext, free_inputs, is_atom, node_code, parenthesize, strip_parens
+from ..diagnostics import Edit, Position
+from ..ops import Op, number_value
+from .base import SAFE, Rule
+from .hand_sigmoid import negate
+
+# ---------------------------------------------------------------------- shared matching
+
+Env = Optional[Dict]
+
+
+class Found(NamedTuple):
+    """An op reached from an expression, the bindings its names resolve in, and whether a
+    local variable was followed to reach it."""
+
+    op: Op
+    env: Env
+    via_local: bool
+
+
+def _follow(
+    ctx: FileContext, node: cst.BaseExpression, env: Env, via_local: bool
+) -> Tuple[cst.BaseExpression, Env, bool]:
+    value, new_env = ctx.resolve(node, env)
+    if value is not node:
+        return value, new_env, True
+    return node, env, via_local
+
+
+def _find(
+    ctx: FileContext,
+    node: Optional[cst.BaseExpression],
+    names: Tuple[str, ...],
+    env: Env = None,
+    via_local: bool = False,
+) -> Optional[Found]:
+    """The op among `names` that `node` performs, directly or through local names."""
+    if node is None:
+        return None
+    value, env, via_local = _follow(ctx, node, env, via_local)
+    op = ctx.op(value)
+    if op is None or op.name not in names:
+        return None
+    return Found(op, env, via_local)
+
+
+def _unary(op: Op) -> bool:
+    return len(op.args) == 1 and not op.kwargs
+
+
+def _log_operand(ctx: FileContext, node: cst.CSTNode, name: str = "log") -> Optional[Op]:
+    """The op of `node` when it is `log(A)` (or `log1p(A)`), with nothing else passed."""
+    op = ctx.op(node)
+    if op is None or op.name != name or not _unary(op):
+        return None
+    return op
+
+
+def _plus_one_operand(op: Op) -> Optional[cst.BaseExpression]:
+    """X where `op` is `1 + X` / `X + 1` / `X.add(1)` (no `alpha=`)."""
+    if op.name != "add" or len(op.args) != 2 or op.kwargs:
+        return None
+    for one, other in ((op.args[0], op.args[1]), (op.args[1], op.args[0])):
+        if number_value(one) == 1.0:
+            return other
+    return None
+
+
+def _constant(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
+    """True for an expression that reads no variable (`torch.tensor(3.0)`): its value is
+    fixed where it is written, so it cannot drift into the failing range."""
+    return not free_inputs(ctx.canonical(strip_parens(node), env))
+
+
+def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Env):
+    """Peel `.detach()`, `.values` and `[0]` off a reduction's result."""
+    for _ in range(6):
+        node, env, _ = _follow(ctx, strip_parens(node), env, False)
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "detach"
+            and not node.args
+        ):
+            node = node.func.value
+        elif isinstance(node, cst.Attribute) and node.attr.value == "values":
+            node = node.value
+        elif (
+            isinstance(node, cst.Subscript)
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and number_value(node.slice[0].slice.value) == 0
+        ):
+            node = node.value
+        else:
+            break
+    return node, env
+
+
+_NONNEGATIVE_OPS = ("abs", "relu", "square", "exp", "sigmoid", "softmax", "softplus")
+
+
+def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
+    """True where `exp(node)` cannot overflow: `x - x.max(...)` (the stabilized form),
+    `x - x.amax(...)`, `x - x.logsumexp(...)`, log-probabilities, `-abs(x)`, `-relu(x)`."""
+    node, env, _ = _follow(ctx, strip_parens(node), env, False)
+    op = ctx.op(node)
+    if op is None:
+        return False
+    if op.name == "sub" and len(op.args) == 2 and not op.kwargs:
+        shift, _ = _unwrap_shift(ctx, op.args[1], env)
+        inner = ctx.op(shift)
+        return inner is not None and inner.name in ("max", "amax", "logsumexp")
+    if op.name in ("log_softmax", "logsigmoid"):
+        return True
+    if op.name == "neg" and len(op.args) == 1:
+        return _find(ctx, op.args[0], _NONNEGATIVE_OPS, env) is not None
+    return False
+
+
+def _key(ctx: FileContext, node: cst.BaseExpression, env: Env) -> str:
+    """The expression's meaning for comparing two operands (aliases and locals resolved,
+    layout ignored)."""
+    return re.sub(r"\s+", "", node_code(ctx.canonical(strip_parens(node), env)))
+
+
+def _offset(ctx: FileContext, pos: Position) -> int:
+    lines = ctx.lines()
+    return sum(len(line) for line in lines[: pos.row - 1]) + pos.column - 1
+
+
+def _drop_comma(text: str) -> str:
+    """`text` without its first comma outside a comment (a trailing argument comma)."""
+    in_comment = False
+    for i, ch in enumerate(text):
+        if ch == "#":
+            in_comment = True
+        elif ch == "\n":
+            in_comment = False
+        elif ch == "," and not in_comment:
+            return text[:i] + text[i + 1:]
+    return text
+
+
+def _edit(ctx: FileContext, node: cst.BaseExpression, text: str) -> Edit:
+    """Replace `node` by `text` (always a call, an atom).
+
+    - Comments between a one-argument call's parentheses and its argument are kept, with
+      the parentheses: `torch.log(  # note` + newline + `F.softmax(x, -1))` becomes
+      `(  # note` + newline + `F.log_softmax(x, -1))`.
+    - Parentheses that only enclosed the replaced expression go with it:
+      `alpha * (torch.exp(x) - 1)` becomes `alpha * torch.expm1(x)`; they stay where a
+      keyword or name touches them (`return(torch.exp(x) - 1)`).
+    """
+    start, end = ctx.span(node)
+    if isinstance(node, cst.Call) and len(node.args) == 1 and not node.args[0].keyword:
+        source = ctx.source
+        func_end = ctx.span(node.func)[1]
+        arg_start, arg_end = ctx.span(node.args[0].value)
+        head = source[_offset(ctx, func_end): _offset(ctx, arg_start)]
+        tail = source[_offset(ctx, arg_end): _offset(ctx, end)]
+        if "#" in head or "#" in tail:
+            head = head[head.index("(") + 1:]
+            return ctx.replace(node, f"({head}{text}{_drop_comma(tail)}")
+    count = len(getattr(node, "lpar", ()))
+    if count and count == len(getattr(node, "rpar", ())):
+        first, last = ctx.line_text(start.row), ctx.line_text(end.row)
+        i, j = start.column - 1, end.column - 1
+        for _ in range(count):
+            i = len(first[:i].rstrip(" \t"))
+            j = len(last) - len(last[j:].lstrip(" \t"))
+            if i == 0 or first[i - 1] != "(" or j >= len(last) or last[j] != ")":
+                break
+            i, j = i - 1, j + 1
+        else:
+            if not (i > 0 and (first[i - 1].isalnum() or first[i - 1] == "_")):
+                return Edit(Position(start.row, i + 1), Position(end.row, j + 1), text)
+    return ctx.replace(node, text)
+
+
+def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`node` without enclosing parentheses, except where they are part of the value
+    (a tuple `(1, 2)`, a generator expression)."""
+    if isinstance(node, (cst.Tuple, cst.GeneratorExp)):
+        return node
+    return strip_parens(node)
+
+
+def _code(node: cst.BaseExpression) -> str:
+    """The code of a node built here (a canonical expression), without enclosing parens."""
+    return node_code(_bare(node))
+
+
+def _src(ctx: FileContext, node: cst.CSTNode) -> str:
+    """The source text of a node of the file, exactly as written (continuation lines keep
+    their indentation; the node's own enclosing parentheses are not included)."""
+    start, end = ctx.span(node)
+    text = ctx.source[_offset(ctx, start): _offset(ctx, end)]
+    if isinstance(node, (cst.Tuple, cst.GeneratorExp)) and node.lpar:
+        return f"({text})"  # these parentheses are part of the value: `dim=(1, 2)`
+    return text
+
+
+def _atom_src(ctx: FileContext, node: cst.BaseExpression) -> str:
+    """`_src`, parenthesized where a method call on it needs it (`(a + b).log1p()`)."""
+    text = _src(ctx, node)
+    return text if is_atom(strip_parens(node)) else f"({text})"
+
+
+def _renamed_attribute(ctx: FileContext, func: cst.Attribute, new_name: str) -> str:
+    """`th.log` -> `th.log1p`, `(a + b).exp` -> `(a + b).expm1`, as written up to the name."""
+    start, _ = ctx.span(func)
+    attr_start, _ = ctx.span(func.attr)
+    return ctx.source[_offset(ctx, start): _offset(ctx, attr_start)] + new_name
+
+
+def _renamed_call(ctx: FileContext, op: Op, new_name: str) -> Tuple[str, Tuple[Edit, ...]]:
+    """The call of `op` with its function renamed (`F.softmax` -> `F.log_softmax`,
+    `x.exp()` -> `x.expm1()`), arguments kept as written."""
+    call = strip_parens(op.node)
+    assert isinstance(call, cst.Call)
+    func = call.func
+    imports: Tuple[Edit, ...] = ()
+    if isinstance(func, cst.Attribute):
+        spelled = _renamed_attribute(ctx, func, new_name)
+    else:
+        qualname = ctx.qualname(func) or f"torch.{new_name}"
+        spelled, imports = ctx.spell(qualname.rsplit(".", 1)[0] + "." + new_name)
+    _, func_end = ctx.span(func)
+    _, call_end = ctx.span(op.node)  # (the span of a node never includes its own parentheses)
+    return spelled + ctx.source[_offset(ctx, func_end): _offset(ctx, call_end)], imports
+
+
+def _renamed_canonical(call: cst.BaseExpression, new_name: str) -> cst.BaseExpression:
+    """A canonical call (`torch.nn.functional.softmax(x, -1)`, `x.exp()`) renamed."""
+    call = strip_parens(call)
+    assert isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+    return call.with_changes(func=call.func.with_changes(attr=cst.Name(new_name)))
+
+
+def _arg_code(ctx: FileContext, arg: cst.Arg) -> str:
+    value = _src(ctx, arg.value)
+    return f"{arg.keyword.value}={value}" if arg.keyword is not None else value
+
+
+def _other_args(op: Op) -> List[cst.Arg]:
+    """The call's arguments except its input (the receiver of a method is not an Arg)."""
+    call = strip_parens(op.node)
+    assert isinstance(call, cst.Call)
+    if op.style == "method":
+        return list(call.args)
+    out: List[cst.Arg] = []
+    dropped = False
+    for arg in call.args:
+        if not dropped and arg.value is op.args[0]:
+            dropped = True
+            continue
+        out.append(arg)
+    return out
+
+
+def _canonical_args(ctx: FileContext, args: List[cst.Arg], env: Env) -> List[str]:
+    out = []
+    for arg in args:
+        value = _code(ctx.canonical(_bare(arg.value), env))
+        out.append(f"{arg.keyword.value}={value}" if arg.keyword is not None else value)
+    return out
+
+
+def _reduction_dims(op: Op) -> Optional[Tuple[Optional[cst.BaseExpression], Optional[cst.BaseExpression]]]:
+    """(dim, keepdim) of a `sum` with only those arguments; None for anything else
+    (`dtype=`, `out=`)."""
+    if set(op.kwargs) - {"dim", "axis", "keepdim"} or len(op.args) > 3:
+        return None
+    dim = op.args[1] if len(op.args) > 1 else op.kwargs.get("dim", op.kwargs.get("axis"))
+    keepdim = op.args[2] if len(op.args) > 2 else op.kwargs.get("keepdim")
+    return dim, keepdim
+
+
+def _is_name(node: Optional[cst.BaseExpression], value: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == value
+
+
+def _single_dim(ctx: FileContext, node: Optional[cst.BaseExpression], env: Env) -> bool:
+    """A dim that names one dimension (not `None`, not a tuple or list of dims, not a local
+    name holding one)."""
+    if node is None or _is_name(node, "None"):
+        return False
+    value, _, _ = _follow(ctx, node, env, False)
+    return not isinstance(strip_parens(value), (cst.Tuple, cst.List))
+
+
+# ---------------------------------------------------------------------- NAN102
+
+
+class LogOfSoftmax(Rule):
+    code = "NAN102"
+    triggers = r"softmax"
+    name = "log-of-softmax"
+    message = (
+        "`log(softmax(x))`: softmax rounds to exactly 0 once a logit trails the row's largest "
+        "by more than ~104 in float32 (~17.3 in float16, ~93 in bfloat16), so the log is -inf "
+        "and the gradient of the whole row NaN; use `log_softmax`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `log_softmax`"
+    summary = "`log(softmax(x))`: -inf and NaN gradients once softmax underflows to 0."
+    why = """\
+`softmax(x)` divides `exp(x - max)` by its sum. A logit that trails the largest one in its row
+by a gap `g` gets the probability `exp(-g)`, and that rounds to exactly 0 once it falls below
+half the dtype's smallest subnormal: for `g` above 103.98 in float32, 92.75 in bfloat16 and
+only 17.34 in float16. `log(0)` is `-inf`; in the backward pass `1/0 = inf` meets that zero probability,
+`inf * 0` is NaN, and the softmax backward sums it over the row: every logit of the row gets a
+NaN gradient, not only the one that underflowed. Confident classifiers and attention scores
+produce such gaps as a matter of course, and in float16 a gap of 18 is enough.
+
+`log_softmax(x)` computes `x - max - log(sum(exp(x - max)))` directly: the result is the
+finite number `-g`, and its derivatives (`[i == j] - softmax(x)[i]`) are bounded by 1. It is
+the same function in real arithmetic, with the same arguments (`dim`, `dtype=`).
+"""
+    example = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def nll(logits, target):
+    log_probs = torch.log(F.softmax(logits, dim=-1))
+    return F.nll_loss(log_probs, target)
+```"""
+    use_instead = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def nll(logits, target):
+    log_probs = F.log_softmax(logits, dim=-1)
+    return F.nll_loss(log_probs, target)
+```
+
+Where the probabilities are needed too, compute `log_softmax` once and take `.exp()` of it.
+"""
+    measured = """\
+torch 2.13 on the CPU; `x` is one row of two logits; gradient of the output's sum.
+
+| logits | dtype | `log(softmax(x, -1))` | `log_softmax(x, -1)` |
+|---|---|---|---|
+| [0, -103.98] | float32 | [0, -inf], gradient [NaN, NaN] | [0, -103.98], gradient [-1, 1] |
+| [0, -17.34] | float16 | [0, -inf], gradient [NaN, NaN] | [0, -17.34], gradient [-1, 1] |
+| [0, -93] | bfloat16 | [0, -inf], gradient [NaN, NaN] | [0, -93], gradient [-1, 1] |
+
+Below those gaps both agree. With ten logits, one of them 110 and the others 0 (float32),
+nine outputs are `-inf` and all ten gradient entries NaN.
+"""
+    fix_notes = """\
+Safe: `log_softmax` is `log(softmax)` in real arithmetic; only rounding changes. The fix keeps
+the softmax call's spelling and arguments (`F.softmax(x, dim=1)` -> `F.log_softmax(x, dim=1)`,
+`x.softmax(-1).log()` -> `x.log_softmax(-1)`, `dtype=` kept). Not fixed, only reported: a
+softmax stored in a local variable and taken the log of later (the probabilities may be used
+elsewhere). Not reported: `log(softmax(x) + eps)` and `log(softmax(x).clamp(min=eps))`, which
+are guarded (and not exactly `log_softmax`)."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.nn.functional.log_softmax.html",
+        "https://pytorch.org/docs/stable/generated/torch.nn.LogSoftmax.html",
+        "Blanchard, Higham, Higham: Accurately computing the log-sum-exp and softmax functions, "
+        "IMA Journal of Numerical Analysis 41(4), 2021",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        log = _log_operand(ctx, node)
+        if log is None:
+            return
+        found = _find(ctx, log.args[0], ("softmax",))
+        if found is None or not found.op.args:
+            return
+        softmax = found.op
+        if _constant(ctx, softmax.args[0], found.env):
+            return
+        edits: Tuple[Edit, ...] = ()
+        if not found.via_local:
+            text, imports = _renamed_call(ctx, softmax, "log_softmax")
+            edits = (_edit(ctx, node, text),) + imports
+        fixed = _renamed_canonical(ctx.canonical(softmax.node, found.env), "log_softmax")
+        ctx.report(
+            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+        )
+
+
+# ---------------------------------------------------------------------- NAN103
+
+
+class LogOfSigmoid(Rule):
+    code = "NAN103"
+    triggers = r"sigmoid|expit"
+    name = "log-of-sigmoid"
+    message = (
+        "`log(sigmoid(x))`: sigmoid rounds to 0 for x below -88.7 in float32 (-17.3 in float16, "
+        "where the gradient is already inf from -11.1), so the log is -inf and the gradient "
+        "NaN; use `F.logsigmoid(x)`"
+    )
+    message_complement = (
+        "`log(1 - sigmoid(x))`: `1 - sigmoid(x)` rounds to 0 for x above 16.6 in float32 "
+        "(8.3 in float16, 6.25 in bfloat16), so the log is -inf and the gradient NaN; "
+        "use `F.logsigmoid(-x)`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `F.logsigmoid`"
+    summary = "`log(sigmoid(x))` / `log(1 - sigmoid(x))`: -inf and NaN gradients; use `logsigmoid`."
+    why = """\
+`sigmoid(x)` rounds to exactly 0 for x below -88.7 in float32 and bfloat16 and below -17.3 in
+float16, and `1 - sigmoid(x)` rounds to exactly 0 much earlier: as soon as `sigmoid(x)` rounds
+to 1, for x above 16.6 in float32, 8.3 in float16 and 6.25 in bfloat16. The log of that 0 is
+`-inf` and the gradient NaN. In float16 the gradient of `log(sigmoid(x))` is already `inf`
+from x = -11.1, where `1/sigmoid(x)` exceeds 65504. These are the two terms of a binary
+cross-entropy or of a GAN / contrastive loss written by hand; logits beyond 6 or 17 are
+ordinary for a confident model.
+
+`F.logsigmoid(x)` computes `-softplus(-x)` without forming the probability: it returns the
+finite value (about `x` for very negative x) with a gradient of `1 - sigmoid(x)`. Since
+`1 - sigmoid(x) = sigmoid(-x)`, `log(1 - sigmoid(x))` is `F.logsigmoid(-x)`.
+"""
+    example = """\
+```python
+import torch
+
+def discriminator_loss(real_logits, fake_logits):
+    real = torch.log(torch.sigmoid(real_logits))
+    fake = torch.log(1 - torch.sigmoid(fake_logits))
+    return -(real.mean() + fake.mean())
+```"""
+    use_instead = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def discriminator_loss(real_logits, fake_logits):
+    real = F.logsigmoid(real_logits)
+    fake = F.logsigmoid(-fake_logits)
+    return -(real.mean() + fake.mean())
+```
+
+A binary cross-entropy written with these two logs is better replaced as a whole by
+`F.binary_cross_entropy_with_logits(z, y)` (NAN301).
+"""
+    measured = """\
+torch 2.13 on the CPU; gradient of the output.
+
+| expression | x | dtype | original | `F.logsigmoid` |
+|---|---|---|---|---|
+| `log(sigmoid(x))` | -88.73 | float32 | -inf, gradient NaN | -88.73, gradient 1 |
+| `log(sigmoid(x))` | -11.1 | float16 | -11.1, gradient inf | -11.1, gradient 1 |
+| `log(sigmoid(x))` | -17.34 | float16 | -inf, gradient NaN | -17.34, gradient 1 |
+| `log(sigmoid(x))` | -89 | bfloat16 | -inf, gradient NaN | -89, gradient 1 |
+| `log(1 - sigmoid(x))` | 16.64 | float32 | -inf, gradient NaN | `logsigmoid(-x)`: -16.64, gradient -1 |
+| `log(1 - sigmoid(x))` | 8.32 | float16 | -inf, gradient NaN | -8.32, gradient -1 |
+| `log(1 - sigmoid(x))` | 6.25 | bfloat16 | -inf, gradient NaN | -6.25, gradient -1 |
+"""
+    fix_notes = """\
+Safe: `logsigmoid(x) = log(sigmoid(x))` and `logsigmoid(-x) = log(1 - sigmoid(x))` in real
+arithmetic; only rounding changes. Also matched: `log1p(-sigmoid(x))`, `sigmoid(x).log()`,
+`torch.special.expit`. A sigmoid kept in a local variable is reported without a fix. A sigmoid
+written by hand (`torch.log(1 / (1 + torch.exp(-x)))`) is reported by NAN101 first; once that
+fix is applied this rule rewrites the result, so `--fix` ends at `F.logsigmoid(x)`. Logits are
+floating point in practice; on an integer tensor `logsigmoid` raises where `sigmoid` promoted
+to float."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.nn.functional.logsigmoid.html",
+        "https://pytorch.org/docs/stable/generated/torch.nn.LogSigmoid.html",
+        "https://pytorch.org/docs/stable/generated/torch.nn.functional.binary_cross_entropy_with_logits.html",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        match = self._match(node, ctx)
+        if match is None:
+            return
+        sigmoid, complement, via_local = match
+        argument = sigmoid.op.args[0]
+        if _constant(ctx, argument, sigmoid.env):
+            return
+        logsigmoid, imports = ctx.spell("torch.nn.functional.logsigmoid")
+        inner = negate(ctx, argument) if complement else strip_parens(argument)
+        edits: Tuple[Edit, ...] = ()
+        if not via_local:
+            inner_code = node_code(inner) if complement else _src(ctx, argument)
+            edits = (_edit(ctx, node, f"{logsigmoid}({inner_code})"),) + imports
+        canonical_argument = strip_parens(ctx.canonical(argument, sigmoid.env))
+        if complement:
+            canonical_argument = negate(ctx, canonical_argument)
+        fixed = cst.parse_expression(
+            f"torch.nn.functional.logsigmoid({node_code(canonical_argument)})"
+        )
+        ctx.report(
+            self,
+            node,
+            message=self.message_complement if complement else None,
+            edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+        )
+
+    def _match(self, node: cst.Call, ctx: FileContext) -> Optional[Tuple[Found, bool, bool]]:
+        """(the sigmoid, whether it is `1 - sigmoid`, whether a local was followed)."""
+        log = _log_operand(ctx, node)
+        if log is not None:
+            found = _find(ctx, log.args[0], ("sigmoid", "sub"))
+            if found is None:
+                return None
+            if found.op.name == "sigmoid":
+                return (found, False, found.via_local) if _unary(found.op) else None
+            sub = found.op
+            if len(sub.args) != 2 or sub.kwargs or number_value(sub.args[0]) != 1.0:
+                return None
+            sigmoid = _find(ctx, sub.args[1], ("sigmoid",), found.env, found.via_local)
+            if sigmoid is None or not _unary(sigmoid.op):
+                return None
+            return sigmoid, True, sigmoid.via_local
+        log1p = _log_operand(ctx, node, "log1p")
+        if log1p is None:
+            return None
+        neg = _find(ctx, log1p.args[0], ("neg",))
+        if neg is None or len(neg.op.args) != 1:
+            return None
+        sigmoid = _find(ctx, neg.op.args[0], ("sigmoid",), neg.env, neg.via_local)
+        if sigmoid is None or not _unary(sigmoid.op):
+            return None
+        return sigmoid, True, sigmoid.via_local
+
+
+# ---------------------------------------------------------------------- NAN104
+
+
+class SoftplusByHand(Rule):
+    code = "NAN104"
+    triggers = r"\bexp\b"
+    name = "softplus-by-hand"
+    message = (
+        "`log(1 + exp(x))` is softplus written by hand: `exp` overflows to inf for x above "
+        "88.7 in float32 and bfloat16 (11.09 in float16), so the result is inf and the "
+        "gradient NaN; use `F.softplus(x)`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `F.softplus`"
+    summary = "`log(1 + exp(x))`, `log1p(exp(x))`: inf and NaN gradients once `exp` overflows."
+    why = """\
+`exp(x)` is `inf` for x above 88.72 in float32, 88.75 (a representable 89) in bfloat16 and
+11.09 in float16. `log(1 + inf)` is `inf` where the true value is about `x`, and in the
+backward pass `1 / (1 + exp(x)) = 0` meets `exp(x) = inf`: the gradient, truly
+`sigmoid(x)`, about 1, is `0 * inf = NaN`. `log1p(exp(x))` is no better: the overflow happens
+before the `log1p`. The function is used for positive parameters (a standard
+deviation `softplus(rho)`), in losses (`log(1 + exp(-y * f))`) and in smooth ReLUs, and
+in float16 an input of 11.1 is enough.
+
+`F.softplus(x)` never forms `exp(x)` for large x: above `threshold=20` it returns `x` itself.
+That cut is exact to `log1p(exp(-x)) < e^-20 = 2.1e-9`, a relative error below 1.1e-10 (the
+float32 rounding step is 6e-8); below it the result agrees with `log1p(exp(x))`.
+"""
+    example = """\
+```python
+import torch
+
+def scale(rho):
+    return torch.log(1 + torch.exp(rho))
+```"""
+    use_instead = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def scale(rho):
+    return F.softplus(rho)
+```"""
+    measured = """\
+torch 2.13 on the CPU; gradient of the output.
+
+| x | dtype | `log(1 + exp(x))` | `log1p(exp(x))` | `F.softplus(x)` |
+|---|---|---|---|---|
+| 88.73 | float32 | inf, gradient NaN | inf, gradient NaN | 88.73, gradient 1 |
+| 11.09 | float16 | inf, gradient NaN | inf, gradient NaN | 11.09, gradient 1 |
+| 89 | bfloat16 | inf, gradient NaN | inf, gradient NaN | 89, gradient 1 |
+
+`F.softplus`'s linear branch above 20: largest difference from the exact value over
+[-40, 40] in float64, 2.06e-9 absolute, 1.03e-10 relative.
+"""
+    fix_notes = """\
+Safe: `softplus(x) = log(1 + exp(x))` in real arithmetic; torch's default `threshold=20`
+departs from it by less than e^-20 (2.1e-9), far below float32 rounding. `log(1 + exp(-z))`
+becomes `F.softplus(-z)`. Not reported: `log1p(exp(-x.abs()))` and `log(1 + exp(x - x.max()))`,
+whose `exp` cannot overflow. Reported without a fix when the `exp` or the sum is kept in a
+local variable. `F.softplus` needs a floating-point input (`exp` promotes integers, softplus
+raises on them)."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.nn.functional.softplus.html",
+        "https://pytorch.org/docs/stable/generated/torch.nn.Softplus.html",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        exp = self._match(node, ctx)
+        if exp is None:
+            return
+        argument = exp.op.args[0]
+        if _constant(ctx, argument, exp.env) or _bounded_exponent(ctx, argument, exp.env):
+            return
+        softplus, imports = ctx.spell("torch.nn.functional.softplus")
+        edits: Tuple[Edit, ...] = ()
+        if not exp.via_local:
+            edits = (_edit(ctx, node, f"{softplus}({_src(ctx, argument)})"),) + imports
+        fixed = cst.parse_expression(
+            f"torch.nn.functional.softplus({_code(ctx.canonical(argument, exp.env))})"
+        )
+        ctx.report(
+            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+        )
+
+    def _match(self, node: cst.Call, ctx: FileContext) -> Optional[Found]:
+        """The `exp` inside `log(1 + exp(A))` or `log1p(exp(A))`."""
+        log = _log_operand(ctx, node)
+        if log is not None:
+            total = _find(ctx, log.args[0], ("add",))
+            if total is None:
+                return None
+            other = _plus_one_operand(total.op)
+            exp = _find(ctx, other, ("exp",), total.env, total.via_local)
+        else:
+            log1p = _log_operand(ctx, node, "log1p")
+            if log1p is None:
+                return None
+            exp = _find(ctx, log1p.args[0], ("exp",))
+        if exp is None or not _unary(exp.op):
+            return None
+        return exp
+
+
+# ---------------------------------------------------------------------- NAN105
+
+
+class LogOnePlus(Rule):
+    code = "NAN105"
+    triggers = r"\blog\b"
+    # Accuracy only (never a NaN): on the corpus most hits were benign step sizes in
+    # float32 (diffusers schedulers), so this is opt-in for numerics-sensitive code.
+    default_enabled = False
+    name = "log-one-plus"
+    message = (
+        "`log(1 + x)` loses accuracy for small |x| (an accuracy loss, not a NaN): 1 + x "
+        "rounds to 1 for |x| below 6e-8 in float32 (4.9e-4 in float16, 3.9e-3 in bfloat16) "
+        "and the result is 0, a 100% relative error; use `log1p(x)`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `log1p`"
+    summary = "`log(1 + x)`: 100% relative error for x near 0 (accuracy, not NaN); use `log1p`."
+    why = """\
+Adding 1 to a small `x` throws away the digits of `x` that fall below the rounding step at
+1: the float32 step is 1.2e-7, the float16 step 9.8e-4, the bfloat16 step 7.8e-3. The log
+then sees `1 + x` with only those digits left. For x = 1e-6 in float32 the result is 4.6%
+off; for |x| below about 6e-8 (4.9e-4 in float16, 3.9e-3 in bfloat16) `1 + x` is exactly 1
+and `log` returns 0, a 100% relative error. This is silent: no NaN, no inf, and the gradient
+(`1/(1 + x)`, about 1) is fine. It matters where the small values carry the signal: log
+returns of prices, `log(1 + rate)`, small probabilities and penalties.
+
+`log1p(x)` computes the same function without forming `1 + x`, to full precision.
+"""
+    example = """\
+```python
+import torch
+
+def log_growth(rate):
+    return torch.log(1 + rate)
+```"""
+    use_instead = """\
+```python
+import torch
+
+def log_growth(rate):
+    return torch.log1p(rate)
+```"""
+    measured = """\
+torch 2.13 on the CPU; relative error against float64.
+
+| x | dtype | `log(1 + x)` | `log1p(x)` |
+|---|---|---|---|
+| 1e-4 | float32 | 1.7e-4 | 1.1e-8 |
+| 1e-6 | float32 | 0.046 | 4.5e-8 |
+| 1e-8 | float32 | 1 (returns 0) | 5e-9 |
+| 1e-3 | float16 | 0.024 | 4.5e-4 |
+| 1e-4 | float16 | 1 (returns 0) | 5e-5 |
+| 1e-3 | bfloat16 | 1 (returns 0) | 5e-4 |
+
+The gradient is finite in every case (1 at x = 1e-8): this rule is about accuracy only.
+"""
+    fix_notes = """\
+Safe: `log1p(x) = log(1 + x)` in real arithmetic; only rounding changes, for the better.
+`torch.log(1 + x)` -> `torch.log1p(x)`, `(1 + x).log()` -> `x.log1p()`. Not reported:
+`log(1 + exp(x))` (that is NAN104, softplus), `math.log(1 + x)` and `np.log(1 + x)` on Python
+or NumPy numbers, constants such as `torch.log(1 + torch.tensor(2.0))`, and `log(2 + x)`.
+A sum kept in a local variable is reported without a fix."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.log1p.html",
+        "Goldberg: What every computer scientist should know about floating-point arithmetic, "
+        "ACM Computing Surveys 23(1), 1991 (the log(1 + x) example)",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        log = _log_operand(ctx, node)
+        if log is None:
+            return
+        total = _find(ctx, log.args[0], ("add",))
+        if total is None:
+            return
+        operand = _plus_one_operand(total.op)
+        if operand is None or _constant(ctx, operand, total.env):
+            return
+        if _find(ctx, operand, ("exp",), total.env) is not None:
+            return  # log(1 + exp(x)) is softplus: NAN104
+        edits: Tuple[Edit, ...] = ()
+        if not total.via_local:
+            if log.style == "method":
+                text = f"{_atom_src(ctx, operand)}.log1p()"
+                imports: Tuple[Edit, ...] = ()
+            else:
+                func = log.func
+                if isinstance(func, cst.Attribute):
+                    spelled = _renamed_attribute(ctx, func, "log1p")
+                    imports = ()
+                else:
+                    spelled, imports = ctx.spell("torch.log1p")
+                text = f"{spelled}({_src(ctx, operand)})"
+            edits = (_edit(ctx, node, text),) + imports
+        fixed = cst.parse_expression(f"torch.log1p({_code(ctx.canonical(operand, total.env))})")
+        ctx.report(
+            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+        )
+
+
+# ---------------------------------------------------------------------- NAN106
+
+
+class ExpMinusOne(Rule):
+    code = "NAN106"
+    triggers = r"\bexp\b"
+    # Accuracy only (never a NaN): on the corpus most hits were benign step sizes in
+    # float32 (diffusers schedulers), so this is opt-in for numerics-sensitive code.
+    default_enabled = False
+    name = "exp-minus-one"
+    message = (
+        "`exp(x) - 1` loses accuracy for small |x| (an accuracy loss, not a NaN): exp(x) "
+        "rounds to 1 for |x| below 6e-8 in float32 (4.9e-4 in float16, 3.9e-3 in bfloat16) "
+        "and the result is 0, a 100% relative error; use `expm1(x)`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `expm1`"
+    summary = "`exp(x) - 1`: 100% relative error for x near 0 (accuracy, not NaN); use `expm1`."
+    why = """\
+For small x, `exp(x)` is `1 + x + ...`, and rounding it keeps only the digits of `x` above the
+rounding step at 1 (1.2e-7 in float32, 9.8e-4 in float16, 7.8e-3 in bfloat16). Subtracting 1
+then cancels the leading 1 and exposes the rounding error: at x = 1e-6 the float32 result is
+4.6% off, and for |x| below about 6e-8 (4.9e-4 in float16, 3.9e-3 in bfloat16) `exp(x)` is
+exactly 1 and the result is 0, a 100% relative error. No NaN or inf results and the gradient
+(`exp(x)`) is fine: the loss is silent. It matters in ELU-like activations near 0, in
+`(exp(x) - 1) / x` terms, in compound-rate and Poisson formulas.
+
+`expm1(x)` computes `exp(x) - 1` without the cancellation, to full precision.
+"""
+    example = """\
+```python
+import torch
+
+def elu_negative_part(x):
+    return torch.exp(x) - 1
+```"""
+    use_instead = """\
+```python
+import torch
+
+def elu_negative_part(x):
+    return torch.expm1(x)
+```"""
+    measured = """\
+torch 2.13 on the CPU; relative error against float64.
+
+| x | dtype | `exp(x) - 1` | `expm1(x)` |
+|---|---|---|---|
+| 1e-4 | float32 | 1.2e-4 | 1.6e-8 |
+| 1e-6 | float32 | 0.046 | 4.5e-8 |
+| 1e-8 | float32 | 1 (returns 0) | 5e-9 |
+| 1e-3 | float16 | 0.024 | 4.5e-4 |
+| 1e-4 | float16 | 1 (returns 0) | 5e-5 |
+| 1e-3 | bfloat16 | 1 (returns 0) | 5e-4 |
+
+The gradient is finite in every case (1 at x = 1e-8): this rule is about accuracy only.
+"""
+    fix_notes = """\
+Safe: `expm1(x) = exp(x) - 1` in real arithmetic; only rounding changes, for the better.
+`torch.exp(x) - 1` -> `torch.expm1(x)`, `x.exp() - 1` -> `x.expm1()`, `torch.exp(x).sub(1)` ->
+`torch.expm1(x)`. Not reported: `exp(x) - 1.5` or any other constant, `math.exp(x) - 1` on
+Python numbers, and constants. An `exp` kept in a local variable is reported without a fix."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.expm1.html",
+        "https://pytorch.org/docs/stable/special.html#torch.special.expm1",
+    )
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        op = ctx.op(node)
+        if op is None or len(op.args) != 2 or op.kwargs:
+            return
+        if op.name == "sub" and number_value(op.args[1]) == 1.0:
+            operand = op.args[0]
+        elif op.name == "add" and number_value(op.args[1]) == -1.0:
+            operand = op.args[0]
+        elif op.name == "add" and number_value(op.args[0]) == -1.0:
+            operand = op.args[1]
+        else:
+            return
+        exp = _find(ctx, operand, ("exp",))
+        if exp is None or not _unary(exp.op):
+            return
+        argument = exp.op.args[0]
+        if _constant(ctx, argument, exp.env):
+            return
+        edits: Tuple[Edit, ...] = ()
+        if not exp.via_local:
+            text, imports = _renamed_call(ctx, exp.op, "expm1")
+            edits = (_edit(ctx, node, text),) + imports
+        fixed = cst.parse_expression(f"torch.expm1({_code(ctx.canonical(argument, exp.env))})")
+        ctx.report(
+            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+        )
+
+
+# ---------------------------------------------------------------------- NAN107
+
+
+class LogsumexpByHand(Rule):
+    code = "NAN107"
+    triggers = r"\bexp\b"
+    name = "logsumexp-by-hand"
+    message = (
+        "`log(exp(x).sum(d))` is logsumexp written by hand: `exp` overflows to inf once an "
+        "entry exceeds 88.7 in float32 (11.09 in float16), and the sum underflows to 0 once "
+        "all entries are below -104 (-17.3 in float16), so the result is +-inf and the "
+        "gradient NaN; use `torch.logsumexp`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `torch.logsumexp`"
+    summary = "`log(exp(x).sum(d))`: +-inf and NaN gradients outside a narrow range; use `logsumexp`."
+    why = """\
+The sum of exponentials overflows as soon as one entry's `exp` does: above 88.72 in float32,
+89 in bfloat16 and 11.09 in float16, giving `+inf`. At the other end, when every entry is
+below -103.98 in float32 (-92.75 in bfloat16, -17.34 in float16) every `exp` rounds to 0,
+the sum is 0 and the log `-inf`. The true value lies within `log(n)` of the largest entry in
+both cases, and the gradient (the softmax of the entries) is NaN. Energies, log-likelihoods
+and partition functions routinely leave the narrow window in which the spelled-out form works.
+
+`torch.logsumexp(x, d)` subtracts the maximum before exponentiating and adds it back
+(`m + log(sum(exp(x - m)))`), so its `exp` never overflows and the sum is at least 1.
+"""
+    example = """\
+```python
+import torch
+
+def log_partition(energy):
+    return torch.log(torch.exp(-energy).sum(dim=-1))
+```"""
+    use_instead = """\
+```python
+import torch
+
+def log_partition(energy):
+    return torch.logsumexp(-energy, dim=-1)
+```"""
+    measured = """\
+torch 2.13 on the CPU; `x` is one row of two entries, reduced over it; gradient of the output.
+
+| x | dtype | `log(exp(x).sum(-1))` | `logsumexp(x, -1)` |
+|---|---|---|---|
+| [88.73, 0] | float32 | inf, gradient [NaN, 0] | 88.73, gradient [1, 0] |
+| [-103.98, -103.98] | float32 | -inf, gradient [NaN, NaN] | -103.29, gradient [0.5, 0.5] |
+| [11.09, 0] | float16 | inf, gradient [NaN, 0] | 11.09, gradient [1, 1.5e-5] |
+| [-17.34, -17.34] | float16 | -inf, gradient [NaN, NaN] | -16.66, gradient [0.503, 0.503] |
+| [89, 0] | bfloat16 | inf, gradient [NaN, 0] | 89, gradient [1, 0] |
+| [-93, -93] | bfloat16 | -inf, gradient [NaN, NaN] | -92.5, gradient [0.605, 0.605] |
+"""
+    fix_notes = """\
+Safe: `logsumexp(x, d) = log(sum(exp(x), d))` in real arithmetic; only rounding changes. The
+sum's `dim`/`keepdim` arguments are kept as written; `x.exp().sum(-1).log()` ->
+`x.logsumexp(-1)`. A sum over all elements (no `dim`) becomes `torch.logsumexp(x.flatten(), 0)`
+(`logsumexp` requires a dim; flattening gives the same 0-d result). Reported without a fix: a
+sum with `dtype=` or `dim=None`, and an `exp` or a sum kept in a local variable. Not reported:
+the stabilized form `m + log(exp(x - m).sum(d))` with `m` a `max`/`amax` of x (its `exp` cannot
+overflow), and `log(exp(x).sum(d) + eps)`."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.logsumexp.html",
+        "Blanchard, Higham, Higham: Accurately computing the log-sum-exp and softmax functions, "
+        "IMA Journal of Numerical Analysis 41(4), 2021",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        log = _log_operand(ctx, node)
+        if log is None:
+            return
+        total = _find(ctx, log.args[0], ("sum",))
+        if total is None or not total.op.args:
+            return
+        exp = _find(ctx, total.op.args[0], ("exp",), total.env, total.via_local)
+        if exp is None or not _unary(exp.op):
+            return
+        argument = exp.op.args[0]
+        if _constant(ctx, argument, exp.env) or _bounded_exponent(ctx, argument, exp.env):
+            return
+        edits: Tuple[Edit, ...] = ()
+        fixed = None
+        dims = _reduction_dims(total.op)
+        # No exact fix for a sum with `dtype=`, with `dim=None`, or with `keepdim` and no dim.
+        if dims is not None and not _is_name(dims[0], "None") and not (
+            dims[0] is None and dims[1] is not None
+        ):
+            whole = dims[0] is None  # a sum over all elements: logsumexp(x.flatten(), 0)
+            rest = [] if whole else _other_args(total.op)
+            canonical_input = ctx.canonical(argument, exp.env)
+            if whole:
+                canonical_input = cst.parse_expression(
+                    f"{node_code(parenthesize(_bare(canonical_input)))}.flatten()"
+                )
+            canonical_rest = ["0"] if whole else _canonical_args(ctx, rest, total.env)
+            fixed = cst.parse_expression(
+                f"torch.logsumexp({', '.join([_code(canonical_input)] + canonical_rest)})"
+            )
+            if not exp.via_local:
+                args = ["0"] if whole else [_arg_code(ctx, a) for a in rest]
+                edits = self._edits(node, ctx, exp.op, whole, args)
+        ctx.report(
+            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+        )
+
+    def _edits(self, node, ctx, exp: Op, whole: bool, args: List[str]) -> Tuple[Edit, ...]:
+        argument = exp.args[0]
+        if exp.style == "method":
+            receiver = _atom_src(ctx, argument)
+            if whole:
+                receiver += ".flatten()"
+            text = f"{receiver}.logsumexp({', '.join(args)})"
+            imports: Tuple[Edit, ...] = ()
+        else:
+            spelled, imports = ctx.spell("torch.logsumexp")
+            first = _src(ctx, argument)
+            if whole:
+                first = f"{_atom_src(ctx, argument)}.flatten()"
+            text = f"{spelled}({', '.join([first] + args)})"
+        return (_edit(ctx, node, text),) + imports
+
+
+# ---------------------------------------------------------------------- NAN108
+
+
+class SoftmaxByHand(Rule):
+    code = "NAN108"
+    triggers = r"\bexp\b"
+    name = "softmax-by-hand"
+    message = (
+        "Softmax written by hand as `exp(x) / exp(x).sum(d)`: `exp` overflows once an entry "
+        "exceeds 88.7 in float32 (11.09 in float16) and inf / inf is NaN, and a row whose "
+        "entries are all below -104 (-17.3 in float16) gives 0 / 0 = NaN; use `torch.softmax`"
+    )
+    message_no_fix = (
+        "Softmax written by hand as `exp(x) / exp(x).sum(...)`: `exp` overflows once an entry "
+        "exceeds 88.7 in float32 (11.09 in float16) and inf / inf is NaN; use `torch.softmax` "
+        "(no automatic fix: without `keepdim=True` the sum broadcasts against another dimension)"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `torch.softmax`"
+    summary = "`exp(x) / exp(x).sum(d, keepdim=True)`: NaN once `exp` overflows or underflows."
+    why = """\
+`exp(x)` is `inf` above 88.72 in float32, 89 in bfloat16 and 11.09 in float16: the largest
+entry then divides `inf` by `inf` and its probability is NaN (the true value is about 1). At
+the other end, a row whose entries are all below -103.98 in float32 (-92.75 in bfloat16,
+-17.34 in float16) has every `exp` round to 0 and every probability is `0 / 0 = NaN` (the true
+values are finite, 1/n for equal entries). Either way the gradient of the whole row is NaN.
+Attention scores and logits reach these values without anything being wrong with the model.
+
+`torch.softmax(x, d)` subtracts the row's maximum first, so the largest `exp` is exactly 1:
+no overflow, and the sum is at least 1.
+"""
+    example = """\
+```python
+import torch
+
+def attention_weights(scores):
+    return torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)
+```"""
+    use_instead = """\
+```python
+import torch
+
+def attention_weights(scores):
+    return torch.softmax(scores, dim=-1)
+```"""
+    measured = """\
+torch 2.13 on the CPU; `x` is one row of two entries, normalized over it; gradient of the
+output's sum.
+
+| x | dtype | `exp(x) / exp(x).sum(-1, keepdim=True)` | `softmax(x, -1)` |
+|---|---|---|---|
+| [88.73, 0] | float32 | [NaN, 0], gradient [NaN, NaN] | [1, 2.9e-39], gradient [0, 0] |
+| [-103.98, -103.98] | float32 | [NaN, NaN], gradient [NaN, NaN] | [0.5, 0.5], gradient [0, 0] |
+| [11.09, 0] | float16 | [NaN, 0], gradient [NaN, NaN] | [1, 1.5e-5], gradient [-1.5e-5, 0] |
+| [-17.34, -17.34] | float16 | [NaN, NaN], gradient [NaN, NaN] | [0.5, 0.5], gradient [0, 0] |
+| [89, 0] | bfloat16 | [NaN, 0], gradient [NaN, NaN] | [1, 2.2e-39], gradient [0, 0] |
+| [-93, -93] | bfloat16 | [NaN, NaN], gradient [NaN, NaN] | [0.5, 0.5], gradient [0, 0] |
+"""
+    fix_notes = """\
+Safe where exact: the fix is offered when the sum keeps the reduced dimension
+(`keepdim=True`), or reduces dim 0 (whose removal broadcasts back the same way); the dim is
+kept as written. `exp(x) / exp(x).sum(-1)` without `keepdim` is softmax only for a 1-D `x`
+(for more dimensions it divides by the sums of another axis, or fails), and `exp(x) /
+exp(x).sum()` normalizes over all elements: both are reported without a fix, as are forms
+whose `exp` or sum is kept in a local variable. Not reported: the stabilized
+`exp(x - x.max(d, keepdim=True).values)` / `amax` forms, and masked or guarded denominators
+(`(exp(x) * mask).sum(...)`, `sum(...) + eps`). `torch.softmax` needs a floating-point input
+(`exp` promotes integers, softmax raises on them); scores are floating point in practice."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.nn.functional.softmax.html",
+        "https://pytorch.org/docs/stable/generated/torch.softmax.html",
+        "Blanchard, Higham, Higham: Accurately computing the log-sum-exp and softmax functions, "
+        "IMA Journal of Numerical Analysis 41(4), 2021",
+    )
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        op = ctx.op(node)
+        if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
+            return
+        top = _find(ctx, op.args[0], ("exp",))
+        if top is None or not _unary(top.op):
+            return
+        total = _find(ctx, op.args[1], ("sum",))
+        if total is None or not total.op.args:
+            return
+        bottom = _find(ctx, total.op.args[0], ("exp",), total.env, total.via_local)
+        if bottom is None or not _unary(bottom.op):
+            return
+        argument = top.op.args[0]
+        if _key(ctx, argument, top.env) != _key(ctx, bottom.op.args[0], bottom.env):
+            return
+        if _constant(ctx, argument, top.env) or _bounded_exponent(ctx, argument, top.env):
+            return
+        dims = _reduction_dims(total.op)
+        dim_arg: Optional[cst.Arg] = None
+        if dims is not None and _single_dim(ctx, dims[0], total.env):
+            dim, keepdim = dims
+            for arg in _other_args(total.op):
+                if arg.value is dim:
+                    dim_arg = arg
+            kept = _is_name(keepdim, "True")
+            leading = (keepdim is None or _is_name(keepdim, "False")) and number_value(dim) == 0.0
+            if dim_arg is not None and not (kept or leading):
+                # exp(x) / exp(x).sum(-1): softmax only for a 1-D x.
+                ctx.report(
+                    self,
+                    node,
+                    message=self.message_no_fix,
+                    probe=ctx.expression_probe(ctx.canonical(node), None),
+                )
+                return
+        if dim_arg is None:
+            # A sum over all elements, over several dims, or with `dtype=`: no exact fix.
+            ctx.report(self, node, probe=ctx.expression_probe(ctx.canonical(node), None))
+            return
+        dim_code = _arg_code(ctx, dim_arg)
+        edits: Tuple[Edit, ...] = ()
+        if not (top.via_local or bottom.via_local):
+            if top.op.style == "method":
+                text = f"{_atom_src(ctx, argument)}.softmax({dim_code})"
+                imports: Tuple[Edit, ...] = ()
+            else:
+                spelled, imports = ctx.spell("torch.softmax")
+                text = f"{spelled}({_src(ctx, argument)}, {dim_code})"
+            edits = (_edit(ctx, node, text),) + imports
+        canonical_dim = _canonical_args(ctx, [dim_arg], total.env)[0]
+        fixed = cst.parse_expression(
+            f"torch.softmax({_code(ctx.canonical(argument, top.env))}, {canonical_dim})"
+        )
+        ctx.report(
+            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+        )
