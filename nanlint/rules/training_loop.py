@@ -1,0 +1,971 @@
+"""NAN401-NAN403: the order of backward, clip and step in a training loop.
+
+These are statement-level findings. Each function body (and the module's top level) is read
+as a sequence of events in source order: a `backward`, an optimizer step, a GradScaler's
+`step`/`unscale_`/`update`, a gradient clip. Every event remembers where it sits: the chain
+of blocks (`for` body, `if` body, `with` body...) and its statement's index in each.
+
+Two relations between events come from that position:
+- `follows(a, b)`: some run of the code reaches `a` and then `b` in the same pass (they are
+  not in exclusive branches such as the `if` and `else` of one statement);
+- `dominates(a, b)`: `follows(a, b)`, and `a` is not inside a branch or loop below the
+  block the two share, so every run that reaches `b` has run `a` first.
+A rule fires only where the hazardous order is certain enough (`follows` for the finding,
+`dominates` before offering a fix), and any event that may come between in source order
+(a `backward`, an `unscale_`) silences it: precision over count.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from ..context import FileContext, dotted_name, node_code
+from ..diagnostics import Edit, Position, Probe
+from ..ops import number_value, split_args
+from .base import UNSAFE, Rule
+
+# ---------------------------------------------------------------------------------- names
+
+# A name token that says "optimizer": opt, opt_g, optimizerD, g_optim, optimizers[0] ...
+# but not `opts`/`options` (command-line options) nor `adopt`.
+_OPTIMIZER_TOKEN = re.compile(r"^(?:opt\d*|optims?\d*|optimi[sz]ers?\d*)$")
+# Optimizer classes (torch.optim, bitsandbytes, apex, DeepSpeed, transformers, timm...).
+_OPTIMIZER_CLASS = re.compile(
+    r"^(?:Paged|Fused|DeepSpeedCPU|DeepSpeed|CPU|Sparse|Zero|Apex)?"
+    r"(?:Adam|AdamW|SGD|SGDW|RMSprop|Adagrad|Adadelta|Adamax|NAdam|NAdamW|RAdam|LBFGS|Rprop|ASGD"
+    r"|Adafactor|Lion|LAMB|Lamb|LARS|Lars|Muon|AdEMAMix|Sophia|AdaBelief|Adan|Novograd|NovoGrad)"
+    r"(?:W)?(?:8bit|32bit|4bit)?$"
+)
+_CLIP_FUNCTIONS = {
+    "clip_grad_norm_": "norm",
+    "clip_grad_norm": "norm",  # deprecated spelling, same effect
+    "clip_grad_value_": "value",
+    "clip_grads_with_norm_": "norm",
+}
+_CLIP_METHODS = dict(_CLIP_FUNCTIONS, clip_gradients="norm")
+# Receivers whose clip unscales the gradient by itself (Accelerate, Lightning Fabric,
+# LightningModule.clip_gradients).
+_SELF_UNSCALING = ("accelerator", "fabric")
+_BACKWARD_METHODS = {"backward", "manual_backward"}
+_UNCONDITIONAL = {"with", "try", "finally"}
+
+
+def _tokens(name: str) -> List[str]:
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
+    return [t for t in spaced.lower().split("_") if t]
+
+
+def _last_name(node: cst.BaseExpression) -> Optional[str]:
+    """`optimizer` for `self.optimizer`, `optimizers[0]`, `optimizer`."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Subscript):
+        return _last_name(node.value)
+    return None
+
+
+def _looks_like_optimizer(name: Optional[str]) -> bool:
+    return name is not None and any(_OPTIMIZER_TOKEN.match(t) for t in _tokens(name))
+
+
+def _looks_like_scaler(name: Optional[str]) -> bool:
+    return name is not None and "scaler" in name.lower()
+
+
+# ---------------------------------------------------------------------------------- events
+
+
+@dataclass
+class Event:
+    kind: str  # "backward", "step", "scaler_step", "unscale", "update", "clip"
+    call: cst.Call
+    order: int
+    # Per level: (block key, statement index, small-statement index; -1 = a compound
+    # statement's header).
+    path: Tuple[Tuple[object, int, int], ...]
+    # How each deeper level was entered: "if", "else", "loop", "with", "try", "except"...
+    entries: Tuple[str, ...]
+    statement: cst.CSTNode  # the innermost statement (a line, a suite or a compound)
+    small: Optional[cst.CSTNode]  # the small statement holding the call, if any
+    receiver: Optional[str] = None  # the code of the object the method is called on
+    scaled_by: Optional[str] = None  # backward: the scaler of `scaler.scale(loss).backward()`
+    argument: Optional[cst.BaseExpression] = None  # scaler.step(optimizer): the optimizer
+    clip_kind: Optional[str] = None  # "norm" or "value"
+    clip_limit: Optional[float] = None
+    clip_form: str = ""  # "function" or "method"
+
+    @property
+    def depth(self) -> int:
+        return len(self.path)
+
+
+def _key(event: Event, level: int) -> Tuple[int, int]:
+    return event.path[level][1], event.path[level][2]
+
+
+def _common_level(a: Event, b: Event) -> int:
+    level = 0
+    limit = min(a.depth, b.depth)
+    while level + 1 < limit and a.path[level + 1][0] == b.path[level + 1][0]:
+        level += 1
+    return level
+
+
+def follows(a: Event, b: Event) -> bool:
+    """Some run reaches `a`, then `b` (not in exclusive branches)."""
+    if a.order >= b.order or a.path[0][0] != b.path[0][0]:
+        return False
+    level = _common_level(a, b)
+    ka, kb = _key(a, level), _key(b, level)
+    if ka != kb:
+        return ka < kb
+    # Same statement at the shared level: the same small statement, or a compound whose
+    # sub-blocks (if/else, try/except) we treat as exclusive.
+    return a.depth == level + 1 and b.depth == level + 1
+
+
+def dominates(a: Event, b: Event) -> bool:
+    """Every run that reaches `b` has run `a` before (in this pass)."""
+    if not follows(a, b):
+        return False
+    level = _common_level(a, b)
+    return all(entry in _UNCONDITIONAL for entry in a.entries[level:])
+
+
+def within_block_after(anchor: Event, other: Event) -> bool:
+    """`other` is in `anchor`'s block (or nested below it) and after `anchor`."""
+    level = anchor.depth - 1
+    if other.depth <= level or other.path[level][0] != anchor.path[level][0]:
+        return False
+    ka, ko = _key(anchor, level), _key(other, level)
+    return ko > ka or (ko == ka and other.order > anchor.order)
+
+
+class _Facts:
+    """What a file says about optimizers and scalers, and its events per region."""
+
+    def __init__(self, ctx: FileContext):
+        self.ctx = ctx
+        self.optimizers: Dict[str, str] = {}  # chain -> class name
+        self.scalers: Set[str] = set()
+        # Names that are not (working) GradScalers: `GradScaler(enabled=False)`,
+        # `StandardScaler()`. Per region (function) for plain names; `self.x` file-wide.
+        self.not_scalers: Dict[object, Set[str]] = {}
+        self.regions: List[List[Event]] = []
+        self._raw: List[Tuple[object, list]] = []
+        self._walk_region(ctx.module.body, ("module", id(ctx.module)))
+        self._classify()
+
+    # ------------------------------------------------------------------ walking
+    def _walk_region(self, body: Sequence[cst.CSTNode], key: object) -> None:
+        raw: List[tuple] = []
+        self._raw.append((key, raw))
+        self._walk_block(body, key, (), (), raw, key)
+
+    def _walk_block(self, statements, key, path, entries, raw, region) -> None:
+        for index, stmt in enumerate(statements):
+            if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+                for j, small in enumerate(stmt.body):
+                    self._note_assignment(small, region)
+                    here = path + ((key, index, j),)
+                    for call in _calls(small):
+                        raw.append((call, here, entries, stmt, small))
+            elif isinstance(stmt, cst.FunctionDef):
+                self._walk_region(_body(stmt.body), ("def", id(stmt)))
+            elif isinstance(stmt, cst.ClassDef):
+                self._walk_region(_body(stmt.body), ("class", id(stmt)))
+            else:
+                header = path + ((key, index, -1),)
+                for expr in _headers(stmt):
+                    for call in _calls(expr):
+                        raw.append((call, header, entries, stmt, None))
+                inside = path + ((key, index, 0),)
+                for entry, sub_key, sub_statements in _sub_blocks(stmt):
+                    self._walk_block(
+                        sub_statements, sub_key, inside, entries + (entry,), raw, region
+                    )
+
+    def _note_assignment(self, small: cst.CSTNode, region: object) -> None:
+        if isinstance(small, cst.Assign):
+            targets = [t.target for t in small.targets]
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            targets = [small.target]
+        else:
+            return
+        value = small.value
+        if not isinstance(value, cst.Call):
+            return
+        callee = _last_name(value.func)
+        for target in targets:
+            chain = dotted_name(target)
+            if chain is None:
+                continue
+            if callee is not None and _OPTIMIZER_CLASS.match(callee):
+                self.optimizers[chain] = callee
+            elif callee is not None and callee.endswith("GradScaler") and not _enabled_false(value):
+                self.scalers.add(chain)
+            elif callee is not None and callee.endswith("Scaler"):
+                # `GradScaler(enabled=False)`, `scaler = StandardScaler()`: not a working
+                # GradScaler.
+                scope = "self" if chain.startswith("self.") else region
+                self.not_scalers.setdefault(scope, set()).add(chain)
+
+    # ------------------------------------------------------------------ classifying
+    def is_optimizer(self, node: cst.BaseExpression) -> bool:
+        chain = dotted_name(node)
+        if chain is not None and chain in self.optimizers:
+            return True
+        return _looks_like_optimizer(_last_name(node))
+
+    def is_scaler(self, node: cst.BaseExpression, region: object) -> bool:
+        chain = dotted_name(node)
+        if chain is None:
+            return False
+        scope = "self" if chain.startswith("self.") else region
+        if chain in self.not_scalers.get(scope, ()):
+            return False
+        if chain in self.scalers:
+            return True
+        return _looks_like_scaler(chain.split(".")[-1])
+
+    def optimizer_class(self, node: cst.BaseExpression) -> Optional[str]:
+        chain = dotted_name(node)
+        return self.optimizers.get(chain) if chain is not None else None
+
+    def _classify(self) -> None:
+        for region, raw in self._raw:
+            events: List[Event] = []
+            for order, (call, path, entries, stmt, small) in enumerate(raw):
+                event = self._event(call, order, path, entries, stmt, small, region)
+                if event is not None:
+                    events.append(event)
+            if events:
+                self.regions.append(events)
+        self._raw = []
+
+    def _event(self, call, order, path, entries, stmt, small, region) -> Optional[Event]:
+        func = call.func
+        split = split_args(call.args)
+        if split is None:
+            return None
+        positional, keywords = split
+        make = lambda kind, **kw: Event(kind, call, order, path, entries, stmt, small, **kw)  # noqa: E731
+        full = self.ctx.qualname(func)
+        if full is not None and full.startswith("torch."):
+            name = full.rsplit(".", 1)[-1]
+            if full == "torch.autograd.backward":
+                return make("backward")
+            if name in _CLIP_FUNCTIONS and full.startswith("torch.nn.utils"):
+                return make(
+                    "clip",
+                    clip_kind=_CLIP_FUNCTIONS[name],
+                    clip_limit=_clip_limit(positional, keywords, 1),
+                    clip_form="function",
+                )
+            return None
+        if isinstance(func, cst.Name):
+            # A clip function imported from elsewhere (apex) or wrapped under its own name.
+            if func.value in _CLIP_FUNCTIONS:
+                return make(
+                    "clip",
+                    clip_kind=_CLIP_FUNCTIONS[func.value],
+                    clip_limit=_clip_limit(positional, keywords, 1),
+                    clip_form="function",
+                )
+            return None
+        if not isinstance(func, cst.Attribute):
+            return None
+        method = func.attr.value
+        receiver = func.value
+        code = node_code(receiver)
+        if method in _BACKWARD_METHODS:
+            scaled_by = None
+            if (
+                isinstance(receiver, cst.Call)
+                and isinstance(receiver.func, cst.Attribute)
+                and receiver.func.attr.value == "scale"
+                and self.is_scaler(receiver.func.value, region)
+            ):
+                scaled_by = node_code(receiver.func.value)
+            return make("backward", receiver=code, scaled_by=scaled_by)
+        if method == "step":
+            if not positional and not keywords and self.is_optimizer(receiver):
+                return make("step", receiver=code)
+            if len(positional) == 1 and self.is_scaler(receiver, region):
+                return make("scaler_step", receiver=code, argument=positional[0])
+            return None
+        if method in ("unscale_", "unscale_gradients"):
+            return make("unscale", receiver=code)
+        if method == "update" and not positional and self.is_scaler(receiver, region):
+            return make("update", receiver=code)
+        if method in _CLIP_METHODS:
+            start = 1 if len(positional) >= 2 else 0
+            kind = _CLIP_METHODS[method]
+            if method == "clip_gradients":
+                kind = "value" if "clip_val" in keywords and "max_norm" not in keywords else "norm"
+            return make(
+                "clip",
+                receiver=code,
+                clip_kind=kind,
+                clip_limit=_clip_limit(positional, keywords, start),
+                clip_form="method",
+            )
+        return None
+
+
+def _enabled_false(call: cst.Call) -> bool:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "enabled":
+            return isinstance(arg.value, cst.Name) and arg.value.value == "False"
+    return False
+
+
+def _clip_limit(positional, keywords, index) -> Optional[float]:
+    for name in ("max_norm", "clip_value", "clip_val", "gradient_clip_val"):
+        if name in keywords:
+            return number_value(keywords[name])
+    if len(positional) > index:
+        return number_value(positional[index])
+    return None
+
+
+def _body(block: cst.BaseSuite) -> Sequence[cst.CSTNode]:
+    if isinstance(block, cst.IndentedBlock):
+        return block.body
+    return [block]  # a SimpleStatementSuite: one line of small statements
+
+
+def _headers(stmt: cst.CSTNode) -> List[cst.CSTNode]:
+    if isinstance(stmt, (cst.If, cst.While)):
+        return [stmt.test]
+    if isinstance(stmt, cst.For):
+        return [stmt.iter]
+    if isinstance(stmt, cst.With):
+        return [item.item for item in stmt.items]
+    if isinstance(stmt, cst.Match):
+        return [stmt.subject]
+    return []
+
+
+def _sub_blocks(stmt: cst.CSTNode):
+    """(entry kind, block key, statements) for each block a compound statement holds."""
+    out = []
+    if isinstance(stmt, cst.If):
+        out.append(("if", id(stmt.body), _body(stmt.body)))
+        if isinstance(stmt.orelse, cst.Else):
+            out.append(("else", id(stmt.orelse.body), _body(stmt.orelse.body)))
+        elif isinstance(stmt.orelse, cst.If):
+            # `elif`: a block holding one `if` statement.
+            out.append(("else", ("elif", id(stmt.orelse)), [stmt.orelse]))
+    elif isinstance(stmt, (cst.For, cst.While)):
+        out.append(("loop", id(stmt.body), _body(stmt.body)))
+        if stmt.orelse is not None:
+            out.append(("else", id(stmt.orelse.body), _body(stmt.orelse.body)))
+    elif isinstance(stmt, cst.With):
+        out.append(("with", id(stmt.body), _body(stmt.body)))
+    elif isinstance(stmt, (cst.Try, cst.TryStar)):
+        out.append(("try", id(stmt.body), _body(stmt.body)))
+        for handler in stmt.handlers:
+            out.append(("except", id(handler.body), _body(handler.body)))
+        if stmt.orelse is not None:
+            out.append(("else", id(stmt.orelse.body), _body(stmt.orelse.body)))
+        if stmt.finalbody is not None:
+            out.append(("finally", id(stmt.finalbody.body), _body(stmt.finalbody.body)))
+    elif isinstance(stmt, cst.Match):
+        for case in stmt.cases:
+            out.append(("case", id(case.body), _body(case.body)))
+    return out
+
+
+def _calls(node: cst.CSTNode):
+    """Calls inside `node` in evaluation order (arguments before the call), not entering
+    lambdas, nested functions or classes."""
+    out: List[cst.Call] = []
+
+    def walk(n: cst.CSTNode) -> None:
+        if isinstance(n, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+            return
+        for child in n.children:
+            walk(child)
+        if isinstance(n, cst.Call):
+            out.append(n)
+
+    walk(node)
+    return out
+
+
+_CACHE: "weakref.WeakKeyDictionary[FileContext, _Facts]" = weakref.WeakKeyDictionary()
+
+
+def training_facts(ctx: FileContext) -> _Facts:
+    facts = _CACHE.get(ctx)
+    if facts is None:
+        facts = _Facts(ctx)
+        _CACHE[ctx] = facts
+    return facts
+
+
+def _between(events: List[Event], a: Event, b: Event, kinds: Tuple[str, ...]) -> List[Event]:
+    """Events of `kinds` between `a` and `b` in source order (in any branch)."""
+    return [e for e in events if a.order < e.order < b.order and e.kind in kinds]
+
+
+def _scaled_backward(events: List[Event], target: Event) -> Optional[Event]:
+    """The last `scaler.scale(loss).backward()` some run reaches before `target`, when no
+    other backward runs between them on that run."""
+    candidates = [
+        e
+        for e in events
+        if e.kind == "backward" and e.order < target.order and follows(e, target)
+    ]
+    if not candidates:
+        return None
+    scaled = [e for e in candidates if e.scaled_by is not None]
+    if not scaled:
+        return None
+    backward = scaled[-1]
+    for other in candidates:
+        if other.order > backward.order and follows(backward, other):
+            return None  # a later backward on the same run: the gradient is not only scaled
+    return backward
+
+
+def _until_next_backward(events: List[Event], anchor: Event) -> List[Event]:
+    """Events after `anchor` up to the next backward that can run after it."""
+    out: List[Event] = []
+    for later in events:
+        if later.order <= anchor.order:
+            continue
+        if later.kind == "backward" and follows(anchor, later):
+            break
+        out.append(later)
+    return out
+
+
+# ---------------------------------------------------------------------------------- editing
+
+
+def _single_line(event: Event) -> Optional[cst.SimpleStatementLine]:
+    """The event's statement when it is a line holding this one small statement."""
+    stmt = event.statement
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and event.small is not None:
+        return stmt
+    return None
+
+
+def _attached_comment_rows(stmt: cst.SimpleStatementLine) -> int:
+    """How many comment lines sit directly above `stmt` (no blank line between)."""
+    count = 0
+    for line in reversed(stmt.leading_lines):
+        if line.comment is None:
+            break
+        count += 1
+    return count
+
+
+def _names_read(node: cst.CSTNode) -> Set[str]:
+    found: Set[str] = set()
+
+    def walk(n: cst.CSTNode) -> None:
+        chain = dotted_name(n) if isinstance(n, (cst.Name, cst.Attribute)) else None
+        if chain is not None:
+            found.add(chain)
+            return
+        if isinstance(n, cst.Attribute):
+            walk(n.value)
+            return
+        for child in n.children:
+            walk(child)
+
+    walk(node)
+    return found
+
+
+def _names_assigned(node: cst.CSTNode) -> Set[str]:
+    found: Set[str] = set()
+
+    def add_target(t: cst.CSTNode) -> None:
+        chain = dotted_name(t) if isinstance(t, (cst.Name, cst.Attribute)) else None
+        if chain is not None:
+            found.add(chain)
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            for element in t.elements:
+                add_target(element.value)
+        elif isinstance(t, cst.StarredElement):
+            add_target(t.value)
+        elif isinstance(t, cst.Subscript):
+            add_target(t.value)
+
+    def walk(n: cst.CSTNode) -> None:
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                add_target(t.target)
+        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+            add_target(n.target)
+        elif isinstance(n, cst.NamedExpr):
+            add_target(n.target)
+        elif isinstance(n, cst.For):
+            add_target(n.target)
+        elif isinstance(n, cst.AsName):
+            add_target(n.name)
+        elif isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+            found.add(n.name.value)
+        for child in n.children:
+            walk(child)
+
+    walk(node)
+    return found
+
+
+def _overlap(chains_a: Set[str], chains_b: Set[str]) -> bool:
+    for a in chains_a:
+        for b in chains_b:
+            if a == b or a.startswith(b + ".") or b.startswith(a + "."):
+                return True
+    return False
+
+
+def _clip_params(clip: Event) -> Tuple[Tuple[str, object], ...]:
+    """Harness parameters: the clip function ("norm"/"value") and, when the source gives
+    it as a literal, its limit (`max_norm`, or the clip value for `clip_grad_value_`)."""
+    params: Tuple[Tuple[str, object], ...] = (("clip", clip.clip_kind),)
+    if clip.clip_limit is not None:
+        params += (("max_norm", clip.clip_limit),)
+    return params
+
+
+def _line_indent(ctx: FileContext, row: int, column: int) -> Optional[str]:
+    prefix = ctx.line_text(row)[: column - 1]
+    return prefix if prefix.strip() == "" else None
+
+
+# ---------------------------------------------------------------------------------- rules
+
+
+class ClipAfterStep(Rule):
+    code = "NAN401"
+    name = "clip-after-step"
+    message = (
+        "Gradient clipped after `optimizer.step()`: the step already applied the unclipped "
+        "gradient, so the clip has no effect on this update; clip between `backward()` and "
+        "`step()`"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Move the clip before the optimizer step"
+    triggers = r"clip_grad|clip_gradients"
+    summary = "`clip_grad_norm_` after `optimizer.step()`: the step used the unclipped gradient."
+    why = """\
+Clipping rewrites `p.grad` in place; only a step that runs afterwards sees the clipped
+gradient. Called after `optimizer.step()`, `clip_grad_norm_` / `clip_grad_value_` clip a
+gradient that has already been applied (and is usually zeroed next), so training runs
+exactly as if there were no clip at all. The code looks protected against exploding
+gradients and is not: the first outlier batch moves the weights by the full gradient.
+
+Measured on a small MLP (16-32-1, SGD lr 0.1, `max_norm=1.0`) with outlier targets: the
+gradient norm is 665; clipping before the step moves the weights by 0.1, clipping after
+the step by 66.5, the same as no clip. Trained for 50 steps, the loss stays finite with
+the clip before the step and is `inf` at step 5 with the clip after it.
+
+Only a clip that follows an optimizer step in the same block with no `backward()` in
+between is reported: in `backward(); step(); ...; backward(); clip(); step()` the clip
+belongs to the next step and is fine. A clip followed by another optimizer's step (two
+optimizers, one clip each) is not reported either. `scheduler.step()`, `env.step(action)`
+and `self.step()` are not optimizer steps.
+"""
+    example = """\
+```python
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    optimizer.step()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+```"""
+    use_instead = """\
+```python
+for x, y in loader:
+    optimizer.zero_grad()
+    loss = criterion(model(x), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+    optimizer.step()
+```"""
+    measured = """\
+MLP 16-32-1, SGD lr 0.1, `clip_grad_norm_(..., 1.0)`, float32 on the CPU, targets of scale
+1e3 (gradient norm 665 at the first step):
+
+| order | update norm of the first step | 50 steps |
+|---|---|---|
+| `backward`, `clip`, `step` | 0.1 | loss 9.1e5, finite |
+| `backward`, `step`, `clip` | 66.5 | loss `inf` at step 5 |
+| no clip | 66.5 | loss `inf` at step 5 |
+"""
+    fix_notes = """\
+Unsafe: the fix moves the clip statement (with any comment lines directly above it) to just
+before the optimizer step, at the same indentation, which changes the values of every
+update that the clip now limits. It is offered only when the step and the clip are simple
+statements of the same block and the clip's arguments do not depend on anything assigned
+between them. When the step is `scaler.step(optimizer)`, the moved clip then needs
+`scaler.unscale_(optimizer)` before it: NAN402 adds it.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html",
+        "https://pytorch.org/docs/stable/notes/amp_examples.html#working-with-unscaled-gradients",
+    )
+
+    def leave_Module(self, node: cst.Module, ctx: FileContext) -> None:
+        if "step" not in ctx.source:
+            return
+        for events in training_facts(ctx).regions:
+            for clip in events:
+                if clip.kind == "clip":
+                    self._check(clip, events, ctx)
+
+    def _check(self, clip: Event, events: List[Event], ctx: FileContext) -> None:
+        steps = [
+            e
+            for e in events
+            if e.kind in ("step", "scaler_step") and e.order < clip.order and within_block_after(e, clip)
+        ]
+        if not steps:
+            return
+        step = max(steps, key=lambda e: e.order)
+        if _between(events, step, clip, ("backward",)):
+            return
+        # A later optimizer step before the next backward: the clip may be meant for it.
+        for later in _until_next_backward(events, clip):
+            if later.kind in ("step", "scaler_step") and within_block_after(step, later):
+                return
+        probe = Probe(
+            kind="harness",
+            harness="clip-after-step",
+            params=_clip_params(clip),
+        )
+        ctx.report(self, clip.call, edits=self._move(step, clip, ctx), probe=probe)
+
+    def _move(self, step: Event, clip: Event, ctx: FileContext) -> Tuple[Edit, ...]:
+        step_line = _single_line(step)
+        clip_line = _single_line(clip)
+        if step_line is None or clip_line is None or step.path[:-1] != clip.path[:-1]:
+            return ()
+        if step.path[-1][0] != clip.path[-1][0]:
+            return ()
+        small = clip.small
+        if isinstance(small, cst.Expr):
+            if small.value is not clip.call:
+                return ()
+        elif isinstance(small, (cst.Assign, cst.AnnAssign)):
+            if small.value is not clip.call:
+                return ()
+        else:
+            return ()
+        if not (isinstance(step.small, cst.Expr) and step.small.value is step.call):
+            return ()
+        # Statements from the step up to the clip: nothing the clip reads may be assigned
+        # there, and nothing there may read what the clip assigns.
+        block_start, _ = ctx.span(step_line)
+        clip_start, clip_end = ctx.span(clip_line)
+        parent = self._block_statements(step_line, ctx)
+        if parent is None:
+            return ()
+        i, j = parent.index(step_line), parent.index(clip_line)
+        between = list(parent[i:j])
+        assigned: Set[str] = set()
+        read_between: Set[str] = set()
+        for stmt in between:
+            assigned |= _names_assigned(stmt)
+            read_between |= _names_read(stmt)
+        if _overlap(_names_read(clip.call), assigned):
+            return ()
+        if _overlap(_names_assigned(clip_line), read_between | assigned):
+            return ()
+        lines = ctx.lines()
+        step_first = block_start.row - _attached_comment_rows(step_line)
+        clip_first = clip_start.row - _attached_comment_rows(clip_line)
+        if clip_first <= block_start.row:
+            return ()
+        last = clip_end.row
+        region = lines[step_first - 1 : last]
+        newline = ctx.newline
+        trailing_newline = region[-1].endswith(("\n", "\r"))
+        if not trailing_newline:
+            region = region[:-1] + [region[-1] + newline]
+        head = region[: clip_first - step_first]
+        moved = region[clip_first - step_first :]
+        text = "".join(moved + head)
+        if not trailing_newline:
+            text = text[: -len(newline)]
+        end_row = last + 1 if trailing_newline else last
+        end = Position(end_row, 1) if trailing_newline else Position(last, len(lines[last - 1]) + 1)
+        return (Edit(Position(step_first, 1), end, text),)
+
+    @staticmethod
+    def _block_statements(line: cst.SimpleStatementLine, ctx: FileContext):
+        for node in _blocks(ctx.module):
+            if any(s is line for s in node):
+                return list(node)
+        return None
+
+
+def _blocks(module: cst.Module):
+    """Every statement sequence in the module (module body and indented blocks)."""
+    yield module.body
+    stack: List[cst.CSTNode] = [module]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.IndentedBlock):
+            yield n.body
+        stack.extend(n.children)
+
+
+class ClipWithoutUnscale(Rule):
+    code = "NAN402"
+    name = "clip-without-unscale"
+    message = (
+        "Gradient clipped while still multiplied by the GradScaler's scale (65536 at the "
+        "start): the clip sees a norm 65536 times too large and shrinks the update by the "
+        "same factor; call `scaler.unscale_(optimizer)` before clipping"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Insert `scaler.unscale_(optimizer)` before the clip"
+    triggers = r"\.\s*scale\s*\("
+    summary = "Clipping a GradScaler-scaled gradient without `scaler.unscale_(optimizer)` first."
+    why = """\
+With mixed precision, `scaler.scale(loss).backward()` leaves every gradient multiplied by
+the scale factor (65536 at the start, adjusted as training runs). `scaler.step(optimizer)`
+divides it back out before the update, but a clip in between sees the scaled values: its
+`max_norm` is compared with a norm 65536 times too large, so the clip always fires and
+scales the true gradient down to `max_norm / scale` — about 1.5e-5 for `max_norm=1.0`.
+The model barely learns, and since the scale changes during training, the effective
+learning rate changes with it.
+
+`scaler.unscale_(optimizer)` before the clip divides the gradients in place (and records
+that it did, so `scaler.step` does not divide twice).
+
+Not reported: Accelerate's `accelerator.clip_grad_norm_`, Fabric's `clip_gradients` and
+Lightning's `self.clip_gradients`, which unscale by themselves; clips with an `unscale_`
+anywhere before them since the backward.
+"""
+    example = """\
+```python
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = criterion(model(x), y)
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+```"""
+    use_instead = """\
+```python
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = criterion(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+```"""
+    measured = """\
+MLP 16-32-1, SGD lr 0.1, `torch.amp.GradScaler("cpu")` (scale 65536), `clip_grad_norm_(...,
+1.0)`, float32 on the CPU, true gradient norm 665:
+
+| variant | norm the clip sees | update norm |
+|---|---|---|
+| `scaler.unscale_(optimizer)`, then clip | 665.3 | 0.1 |
+| clip without `unscale_` | 4.36e7 | 1.5e-6 (0.1 / 65536) |
+| no clip | — | 66.5 |
+"""
+    fix_notes = """\
+Unsafe: inserting `scaler.unscale_(optimizer)` (the scaler and optimizer named in the
+`scaler.step(optimizer)` that follows; one line per optimizer when several are stepped)
+changes what the clip does, and so every update. Offered only where the scaled backward
+always runs before the clip and no other `unscale_` follows the clip (a second `unscale_`
+of one optimizer in one step raises a RuntimeError).
+"""
+    references = (
+        "https://pytorch.org/docs/stable/notes/amp_examples.html#working-with-unscaled-gradients",
+        "https://github.com/milesial/Pytorch-UNet/pull/470 (\"Unscale gradients before clipping\")",
+    )
+
+    def leave_Module(self, node: cst.Module, ctx: FileContext) -> None:
+        if "clip" not in ctx.source:
+            return
+        for events in training_facts(ctx).regions:
+            for clip in events:
+                if clip.kind == "clip":
+                    self._check(clip, events, ctx)
+
+    def _check(self, clip: Event, events: List[Event], ctx: FileContext) -> None:
+        if clip.clip_form == "method" and clip.receiver is not None:
+            last = clip.receiver.split(".")[-1].lower()
+            if clip.receiver == "self" or any(name in last for name in _SELF_UNSCALING):
+                return
+        backward = _scaled_backward(events, clip)
+        if backward is None:
+            return
+        if _between(events, backward, clip, ("unscale",)):
+            return
+        steps = [
+            later
+            for later in _until_next_backward(events, clip)
+            if later.kind == "scaler_step"
+            and later.receiver == backward.scaled_by
+            and follows(clip, later)
+        ]
+        if not steps:
+            return
+        probe = Probe(
+            kind="harness",
+            harness="clip-without-unscale",
+            params=_clip_params(clip),
+        )
+        edits: Tuple[Edit, ...] = ()
+        if dominates(backward, clip) and not _between(events, clip, steps[-1], ("unscale",)):
+            edits = self._insert(clip, steps, ctx)
+        ctx.report(self, clip.call, edits=edits, probe=probe)
+
+    def _insert(self, clip: Event, steps: List[Event], ctx: FileContext) -> Tuple[Edit, ...]:
+        line = clip.statement
+        if not isinstance(line, cst.SimpleStatementLine) or clip.small is not line.body[0]:
+            return ()
+        start, _ = ctx.span(line)
+        indent = _line_indent(ctx, start.row, start.column)
+        if indent is None:
+            return ()
+        optimizers: List[str] = []
+        for step in steps:
+            code = ctx.code(step.argument)
+            if "\n" in code or code in optimizers:
+                continue
+            optimizers.append(code)
+        if not optimizers:
+            return ()
+        scaler = steps[0].receiver
+        text = "".join(f"{indent}{scaler}.unscale_({opt}){ctx.newline}" for opt in optimizers)
+        # Above the comment lines that introduce the clip, if any.
+        at = Position(start.row - _attached_comment_rows(line), 1)
+        return (Edit(at, at, text),)
+
+
+class StepBypassesScaler(Rule):
+    code = "NAN403"
+    name = "step-bypasses-scaler"
+    message = (
+        "`optimizer.step()` after `scaler.scale(loss).backward()` applies the still-scaled "
+        "gradient (65536 times the update with SGD) and skips GradScaler's inf/NaN check, "
+        "and `scaler.update()` then raises; use `scaler.step(optimizer)`"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Step through the scaler: `scaler.step(optimizer)`"
+    triggers = r"\.\s*scale\s*\("
+    summary = "`optimizer.step()` where `scaler.step(optimizer)` is needed after a scaled backward."
+    why = """\
+`scaler.scale(loss).backward()` multiplies every gradient by the scale factor (65536 at
+the start). `scaler.step(optimizer)` divides it back out, skips the step when a gradient
+overflowed to inf/NaN, and records that it did so for `scaler.update()`. Calling
+`optimizer.step()` directly does none of this:
+
+- with SGD (and any optimizer whose update is proportional to the gradient) the update is
+  65536 times too large: one step sends the loss from 1.0 to 1e9;
+- with Adam the update is nearly scale-invariant, but an overflowed (inf) gradient is no
+  longer skipped: it writes NaN into the weights;
+- `scaler.update()` afterwards raises `AssertionError: No inf checks were recorded prior to
+  update.` — when the loop calls it at all.
+
+Not reported where a `scaler.step(...)` follows the same scaled backward (for example in
+the other branch of `if use_amp:`), where the nearest backward is a plain one, or where
+`scaler.unscale_(optimizer)` runs before the step (the gradient then has its true size and
+`scaler.update()` works; such code usually checks the norm for inf itself).
+"""
+    example = """\
+```python
+scaler.scale(loss).backward()
+optimizer.step()
+scaler.update()
+```"""
+    use_instead = """\
+```python
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+scaler.update()
+```"""
+    measured = """\
+MLP 16-32-1 (lr 0.01) and a Linear layer, `torch.amp.GradScaler("cpu")` (scale 65536),
+float32 on the CPU:
+
+| optimizer | step | loss before → after one step | update norm | `scaler.update()` |
+|---|---|---|---|---|
+| SGD | `scaler.step(optimizer)` | 1.011 → 1.006 | 0.0073 | ok |
+| SGD | `optimizer.step()` | 1.011 → 1.0e9 | 476.9 (65536×) | AssertionError |
+| Adam | `scaler.step(optimizer)` | 1.011 → 0.929 | 0.240 | ok |
+| Adam | `optimizer.step()` | 1.011 → 0.929 | 0.240 | AssertionError |
+| Adam, one gradient element inf | `scaler.step(optimizer)` | — | step skipped, weights finite | ok |
+| Adam, one gradient element inf | `optimizer.step()` | — | weight becomes NaN | — |
+"""
+    fix_notes = """\
+Unsafe: `optimizer.step()` becomes `scaler.step(optimizer)` (the scaler of the scaled
+backward before it), which changes every update. Offered only where that backward always
+runs before the step and a `scaler.update()` follows: without `update()`, a second
+`scaler.step` of the same optimizer raises `RuntimeError: step() has already been called
+since the last update()` (measured), so the rewrite alone would break the loop.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/notes/amp_examples.html",
+        "https://pytorch.org/docs/stable/amp.html#gradient-scaling",
+    )
+
+    def leave_Module(self, node: cst.Module, ctx: FileContext) -> None:
+        if "step" not in ctx.source:
+            return
+        facts = training_facts(ctx)
+        for events in facts.regions:
+            for step in events:
+                if step.kind == "step":
+                    self._check(step, events, facts, ctx)
+
+    def _check(self, step: Event, events: List[Event], facts: _Facts, ctx: FileContext) -> None:
+        backward = _scaled_backward(events, step)
+        if backward is None:
+            return
+        if _between(events, backward, step, ("unscale",)):
+            # Unscaled by hand (`scaler.unscale_`, then often a finiteness check before
+            # the step): the update has the right size and `update()` works (measured).
+            return
+        # A scaler.step after the same backward (another branch, another optimizer):
+        # the code knows about the scaler; this step is then deliberate or exclusive.
+        if any(e.kind == "scaler_step" for e in _until_next_backward(events, backward)):
+            return
+        receiver = step.call.func.value  # type: ignore[attr-defined]
+        probe = Probe(
+            kind="harness",
+            harness="step-bypasses-scaler",
+            params=tuple(
+                (key, value)
+                for key, value in (("optimizer", facts.optimizer_class(receiver)),)
+                if value is not None
+            ),
+        )
+        edits: Tuple[Edit, ...] = ()
+        updates = [
+            e
+            for e in events
+            if e.kind == "update" and e.receiver == backward.scaled_by and follows(step, e)
+        ]
+        if dominates(backward, step) and updates:
+            optimizer = ctx.code(receiver)
+            if "\n" not in optimizer:
+                edits = (ctx.replace(step.call, f"{backward.scaled_by}.step({optimizer})"),)
+        ctx.report(self, step.call, edits=edits, probe=probe)
