@@ -33,6 +33,13 @@ HALF_DTYPES = {
     "torch.BFloat16Tensor": "bfloat16",
     "torch.cuda.BFloat16Tensor": "bfloat16",
 }
+# Tensor methods whose result has the receiver's dtype (a view, a copy, a selection).
+_SAME_DTYPE_METHODS = {
+    "view", "reshape", "flatten", "contiguous", "transpose", "permute", "squeeze",
+    "unsqueeze", "clone", "detach", "t", "expand", "expand_as", "view_as", "reshape_as",
+    "narrow", "select", "gather", "index_select", "masked_fill", "repeat", "flip", "roll",
+    "cuda", "cpu",
+}
 _HALF_STRINGS = {"'float16'": "float16", '"float16"': "float16", "'half'": "float16",
                  '"half"': "float16", "'bfloat16'": "bfloat16", '"bfloat16"': "bfloat16"}
 
@@ -60,6 +67,9 @@ class Precision:
         self.autocast: List[AutocastRegion] = []
         self._no_grad_depth = 0
         self._pushed: List[tuple] = []
+        # Innermost autocast state: a region, or None for `autocast(enabled=False)` nested
+        # inside one (which turns autocast off again). `autocast` above keeps only regions.
+        self._autocast_state: List[Optional[AutocastRegion]] = []
         # Names and attribute chains made half precision somewhere in the file
         # (`model.half()`, `self.net = Net().half()`, `model.to(torch.float16)`).
         self.half_modules: Set[str] = set()
@@ -68,25 +78,63 @@ class Precision:
     def enter(self, node: cst.CSTNode) -> None:
         pushed_autocast = 0
         pushed_no_grad = 0
+        pushed_disabled = 0
         for call in _region_calls(node):
+            call = self._held_region(call)
             region = self.autocast_region(call)
             if region is not None:
                 self.autocast.append(region)
+                self._autocast_state.append(region)
                 pushed_autocast += 1
+            elif self._disables_autocast(call):
+                self._autocast_state.append(None)
+                pushed_disabled += 1
             elif self._is_no_grad(call):
                 self._no_grad_depth += 1
                 pushed_no_grad += 1
-        self._pushed.append((pushed_autocast, pushed_no_grad))
+        self._pushed.append((pushed_autocast, pushed_no_grad, pushed_disabled))
 
     def leave(self, node: cst.CSTNode) -> None:
-        pushed_autocast, pushed_no_grad = self._pushed.pop()
+        pushed_autocast, pushed_no_grad, pushed_disabled = self._pushed.pop()
         for _ in range(pushed_autocast):
             self.autocast.pop()
+        for _ in range(pushed_autocast + pushed_disabled):
+            self._autocast_state.pop()
         self._no_grad_depth -= pushed_no_grad
 
     @property
     def in_autocast(self) -> Optional[AutocastRegion]:
-        return self.autocast[-1] if self.autocast else None
+        """The innermost autocast region in force here; None outside autocast and inside a
+        nested `autocast(enabled=False)`."""
+        return self._autocast_state[-1] if self._autocast_state else None
+
+    def _held_region(self, expr: cst.BaseExpression) -> cst.BaseExpression:
+        """For `with ctx:`, the autocast call a local `ctx` holds: `ctx = torch.autocast(...)`,
+        or nanoGPT's `ctx = nullcontext() if cpu else torch.amp.autocast(...)` (taken as
+        autocast: a region that may be one)."""
+        if not isinstance(expr, cst.Name):
+            return expr
+        value = self.ctx.value_of(expr)
+        if isinstance(value, cst.IfExp):
+            for branch in (value.body, value.orelse):
+                if self.autocast_region(branch) is not None:
+                    return branch
+            return expr
+        return value if isinstance(value, cst.Call) else expr
+
+    def _disables_autocast(self, call: cst.BaseExpression) -> bool:
+        """`torch.autocast(..., enabled=False)` (any spelling): autocast is off inside."""
+        if not isinstance(call, cst.Call):
+            return False
+        full = self.ctx.qualname(call.func)
+        if full not in _AUTOCAST and not (
+            full is None and isinstance(call.func, cst.Attribute) and call.func.attr.value == "autocast"
+        ):
+            return False
+        for arg in call.args:
+            if arg.keyword is not None and arg.keyword.value == "enabled":
+                return isinstance(arg.value, cst.Name) and arg.value.value == "False"
+        return False
 
     @property
     def in_no_grad(self) -> bool:
@@ -154,6 +202,9 @@ class Precision:
             expr, env = self.ctx.resolve(expr, env, 1)
             if isinstance(expr, cst.Name):
                 return None
+        if isinstance(expr, cst.Subscript):
+            # `logits[:, -1]`, `model(x)[0]`: a selection keeps the dtype.
+            return self._half_dtype(expr.value, env, depth - 1)
         if not isinstance(expr, cst.Call):
             return None
         func = expr.func
@@ -172,9 +223,15 @@ class Precision:
                     dtype = self.dtype_of(candidate) if candidate is not None else None
                     if dtype:
                         return dtype
+                if method == "to" and "dtype" not in keywords and _device_only(positional):
+                    # `x.half().to(device)`, `.to("cuda")`: a move keeps the dtype.
+                    return self._half_dtype(func.value, env, depth - 1)
                 return None
             if method in ("float", "double", "float32"):
                 return None
+            if method in _SAME_DTYPE_METHODS:
+                # `logits.view(-1, C)`, `lp.gather(1, y)`: same dtype as the receiver.
+                return self._half_dtype(func.value, env, depth - 1)
         dtype = self.dtype_of(keywords.get("dtype"))
         if dtype:
             return dtype
@@ -192,16 +249,43 @@ class Precision:
                 target = _chain(call.func.value)
                 if target:
                     self.half_modules.add(target)
+            elif isinstance(call.func, cst.Attribute) and self._converts_to_float(call):
+                # `model.float()` after `model.half()`: float32 again.
+                self.half_modules.discard(_chain(call.func.value) or "")
         elif isinstance(node, (cst.Assign, cst.AnnAssign)):
             value = node.value
+            targets = (
+                [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            )
             if isinstance(value, cst.Call) and self._converts_to_half_chain(value):
-                targets = (
-                    [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                )
                 for t in targets:
                     chain = _chain(t)
                     if chain:
                         self.half_modules.add(chain)
+            else:
+                # Rebinding (`model = model.float()`, `model = Net()`) ends the evidence;
+                # `model = model.to(device)` / `.cuda()` / `.eval()` keeps it.
+                for t in targets:
+                    chain = _chain(t)
+                    if chain in self.half_modules and not self._same_module(value, chain):
+                        self.half_modules.discard(chain)
+
+    def _same_module(self, value: Optional[cst.BaseExpression], chain: str) -> bool:
+        node = value
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            if self._converts_to_float(node):
+                return False
+            node = node.func.value
+        return node is not value and _chain(node) == chain
+
+    def _converts_to_float(self, call: cst.Call) -> bool:
+        method = call.func.attr.value  # type: ignore[union-attr]
+        if method in ("float", "double") and not call.args:
+            return True
+        return method == "to" and any(
+            self.ctx.qualname(a.value) in ("torch.float32", "torch.float", "torch.float64", "torch.double")
+            for a in call.args
+        )
 
     def _converts_to_half(self, call: cst.Call) -> bool:
         if not isinstance(call.func, cst.Attribute):
@@ -221,6 +305,18 @@ class Precision:
                 return True
             node = node.func.value
         return False
+
+
+def _device_only(positional) -> bool:
+    """`.to()` arguments that can only be a device: a string, or a name that says device."""
+    for arg in positional:
+        if isinstance(arg, cst.SimpleString):
+            continue
+        chain = _chain(arg)
+        if chain is not None and "device" in chain.split(".")[-1].lower():
+            continue
+        return False
+    return True
 
 
 def _chain(node: cst.BaseExpression) -> Optional[str]:
