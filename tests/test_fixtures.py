@@ -49,12 +49,13 @@ def test_fix_matches_expected_text(path):
     again = fix_source(path.name, outcome.source, rules, unsafe=True)
     assert again.source == outcome.source
     assert again.applied == 0
-    # What remains is exactly what had no fix.
+    # What remains had no fix. (It may be less: a fix of an outer expression, such as a
+    # whole hand-written BCE, also clears the fixless findings inside it.)
     unfixable = Counter(
         d.code for d in lint_source(path.name, source, rules).diagnostics if d.fix is None
     )
     remaining = Counter(d.code for d in again.remaining.diagnostics)
-    assert remaining == unfixable
+    assert not remaining - unfixable, f"left after fixing: {remaining - unfixable}"
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

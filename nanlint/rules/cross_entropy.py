@@ -355,6 +355,7 @@ class _LossRule(Rule):
 
 class CrossEntropyHalfLogits(_LossRule):
     code = "NAN303"
+    triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-half-logits"
     message = (
         "Cross-entropy on float16 logits outside autocast is computed in float16: the loss "
@@ -503,6 +504,7 @@ region (or a function decorated with one) are left alone."""
 
 class CrossEntropyNoUpcast(_LossRule):
     code = "NAN304"
+    triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-no-upcast"
     message = (
         "Team policy: cross-entropy under autocast without an explicit `.float()` on the "
@@ -749,6 +751,7 @@ def _in_fp32_autocast(ctx: FileContext) -> bool:
 
 class HalfSoftmaxMath(Rule):
     code = "NAN305"
+    triggers = r"half|float16|HalfTensor|autocast"
     name = "half-softmax-math"
     message = (
         "Softmax math in float16 where PyTorch does not upcast: `exp` is inf from 11.09 on and "

@@ -1,0 +1,262 @@
+"""NAN201: the log of a value that can be exactly 0 by construction."""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Tuple
+
+import libcst as cst
+
+from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
+from ..ops import number_value
+from ..ranges import can_be_zero, dtype_witness, is_guarded
+from .base import UNSAFE, Rule
+from .bce import abstract_calls, inside_hand_bce
+
+_LOGS = {"log": "torch.log", "log2": "torch.log2", "log10": "torch.log10"}
+# How a reason from ranges.can_be_zero reads inside the message's parentheses.
+_PHRASES = {"clamp(min=0)": "a `clamp(min=0)` output"}
+# Counts are >= 0; the upper end only bounds the verifier's sweep.
+_COUNT_DOMAIN = (0.0, 1000.0)
+_DIVISOR_DOMAIN = (1.0, 1000.0)
+
+
+def log_domain_case(ctx: FileContext, arg: cst.BaseExpression) -> bool:
+    """`log(softmax(x))`, `log(sigmoid(x))`, `log(1 - sigmoid(x))`, directly or through local
+    variables: the log-domain rules (NAN102, NAN103) rewrite these into `log_softmax` /
+    `logsigmoid`, which is better than a clamp; NAN201 leaves them alone."""
+    value, env = ctx.resolve(strip_parens(arg), None)
+    op = ctx.op(strip_parens(value))
+    if op is None:
+        return False
+    if op.name == "softmax" or (op.name == "sigmoid" and len(op.args) == 1):
+        return True
+    if op.name == "sub" and len(op.args) == 2 and not op.kwargs:
+        if number_value(strip_parens(op.args[0])) == 1.0:
+            inner, _ = ctx.resolve(strip_parens(op.args[1]), env)
+            inner_op = ctx.op(strip_parens(inner))
+            return inner_op is not None and inner_op.name == "sigmoid" and len(inner_op.args) == 1
+    return False
+
+
+def _count_domains(ctx: FileContext, arg: cst.BaseExpression) -> Dict[str, Tuple[float, float]]:
+    """Domains for a ratio of counts written with local names (not inlined in its probe):
+    the counts divided are in [0, 1000], the divisor in [1, 1000] (a zero divisor is another
+    hazard), a name holding the ratio itself in [0, 1]."""
+    arg = strip_parens(arg)
+    if isinstance(arg, cst.Name):
+        return {arg.value: (0.0, 1.0)}
+    op = ctx.op(arg)
+    if op is None or op.name != "div" or len(op.args) != 2:
+        return {}
+    domains = {name: _COUNT_DOMAIN for name in free_inputs(ctx.canonical(op.args[0], inline=False))}
+    for name in free_inputs(ctx.canonical(op.args[1], inline=False)):
+        domains.setdefault(name, _DIVISOR_DOMAIN)
+    return domains
+
+
+_HANDLED = r"\b(?:isfinite|isinf|isneginf|nan_to_num)\(\s*{name}\b"
+
+
+def handled_afterwards(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """`v = torch.log(p)` followed, within the next three statements of the same block, by a
+    test or repair of `v` (`torch.isfinite(v)`, `torch.isinf(v)`, `torch.nan_to_num(v)`): the
+    author expects the -inf and handles it."""
+    line_index = None
+    for i in range(len(ctx.stack) - 1, -1, -1):
+        if isinstance(ctx.stack[i], cst.SimpleStatementLine):
+            line_index = i
+            break
+    if line_index is None or line_index == 0:
+        return False
+    line = ctx.stack[line_index]
+    names = [
+        t.target.value
+        for small in line.body
+        if isinstance(small, cst.Assign)
+        for t in small.targets
+        if isinstance(t.target, cst.Name)
+    ]
+    block = ctx.stack[line_index - 1]
+    body = getattr(block, "body", None)
+    if not names or not isinstance(body, (list, tuple)):
+        return False
+    position = next((i for i, stmt in enumerate(body) if stmt is line), None)
+    if position is None:
+        return False
+    following = "".join(node_code(stmt) for stmt in body[position + 1: position + 4])
+    return any(re.search(_HANDLED.format(name=re.escape(n)), following) for n in names)
+
+
+class LogWithoutEpsilon(Rule):
+    code = "NAN201"
+    name = "log-without-epsilon"
+    message = (
+        "`log` of a value that can be exactly 0 (a ReLU output, `1 - p`, a ratio of counts): "
+        "log(0) = -inf and its gradient is inf, NaN once multiplied by 0; clamp the argument at "
+        "`torch.finfo(dtype).tiny`"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Clamp the argument at `torch.finfo(dtype).tiny`"
+    triggers = r"\blog(2|10)?\s*\("
+    summary = "`log(p)` where p can be exactly 0 (ReLU output, `1 - p`, counts ratio): -inf and NaN gradients."
+    why = """\
+`torch.log(0)` is `-inf` and its derivative `1/0` is `inf`. Some values are 0 by
+construction, visible in the code: a ReLU or `clamp(min=0)` output (every negative input),
+`1 - p` for a probability p (a sigmoid is exactly 1.0 from z = 16.6 in float32; a softmax puts
+all its mass on one class), a ratio of counts (`hist / hist.sum()`, `correct.float() / n`: an
+empty bin), and a softmax or sigmoid output that has underflowed. The -inf then spreads: a
+mean containing it is -inf, `0 * -inf` is NaN, and in the backward pass the inf gradient
+becomes NaN at the first multiplication by 0. (A ReLU's own backward zeroes the gradient of
+its masked inputs, so there the damage is the -inf forward value and the -inf gradient of
+everything multiplied by the log.)
+
+Clamping the argument at the smallest normal number of its dtype, `torch.finfo(p.dtype).tiny`
+(1.2e-38 in float32 and bfloat16, 6.1e-5 in float16), keeps `log` finite (-87.3, -87.5 and
+-9.70) and its gradient bounded, and changes nothing where p is a normal positive number. An
+epsilon written as a literal is weaker than it looks in half precision: `1e-8` is 0 in float16
+(every literal at or below 2.98e-8 is), and even `x + 1e-6` has gradient 1/1e-6, which
+overflows float16 to inf.
+
+When the value is a softmax or sigmoid output, the better fix is to stay in log space
+(`log_softmax`, `logsigmoid`): NAN102 and NAN103 report `log(softmax(x))`, `log(sigmoid(x))`
+and `log(1 - sigmoid(x))`, and this rule leaves those to them. A hand-written binary
+cross-entropy is NAN301's, which reports the whole expression once.
+
+Not reported: values with no visible origin (a function parameter, an attribute, a model
+output: the rule does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
+`softplus`, positive constants), and the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
+whose -inf entries are the point.
+"""
+    example = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def log_features(h):
+    return torch.log(F.relu(h))
+
+def entropy(labels, n_classes):
+    counts = torch.bincount(labels, minlength=n_classes).float()
+    p = counts / counts.sum()
+    return -(p * torch.log(p)).sum()
+```"""
+    use_instead = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def log_features(h):
+    return torch.log(F.relu(h).clamp(min=torch.finfo(h.dtype).tiny))
+
+def entropy(labels, n_classes):
+    counts = torch.bincount(labels, minlength=n_classes).float()
+    p = counts / counts.sum()
+    return torch.special.entr(p).sum()  # 0 * log(0) taken as 0
+```"""
+    measured = """\
+Forward value and gradient of `torch.log(p)`, torch 2.13 CPU. "fixed" is
+`torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))`.
+
+| p | at | dtype | `torch.log(p)` | gradient | fixed |
+|---|---|---|---|---|---|
+| `F.relu(x)` | x = -1, 0 | float32 | -inf | inf w.r.t. p; -inf for a weight multiplying the log | -87.3, gradients finite |
+| `F.relu(x)` | x = -1, 0 | float16 | -inf | inf w.r.t. p; -inf for a weight | -9.70, finite |
+| `F.relu(x)` | x = -1, 0 | bfloat16 | -inf | inf w.r.t. p; -inf for a weight | -87.5, finite |
+| `F.relu(x)`, then `* 0` | x = 0 | all three | NaN | | 0 |
+| `1 - torch.softmax(x, -1)` | x = [0, 30] | float32, bfloat16 | [0, -inf] | [inf, NaN] | [0, -87.3], finite |
+| `1 - torch.softmax(x, -1)` | x = [0, 30] | float16 | [0, -inf] | [NaN, NaN] | [0, -9.70], finite |
+| `c / c.sum()` | c = [0, 3] | all three | [-inf, 0] | [NaN, NaN] | [-87.3, 0] (float32), gradient [-0.333, 0] |
+| `torch.softmax(x, -1)[..., 0]` | x = [0, 120] | all three | -inf | [NaN, NaN] | (`log_softmax`: -120, gradient [1, -1]) |
+| `x + 1e-8`, `x + 2.98e-8` | x = 0 | float16 | -inf | inf | |
+| `x + 1e-6` | x = 0 | float16 | -13.8 | inf | |
+| `x + 1.6e-5` | x = 0 | float16 | -11.0 | 62592 | |
+"""
+    fix_notes = """\
+Unsafe: the clamp changes the value where p is below `finfo.tiny` (0 and subnormals), which
+is the point, but it is a change. The fix clamps in place and reads the dtype from a short
+expression with the same dtype (`torch.log(F.relu(h))` ->
+`torch.log(F.relu(h).clamp(min=torch.finfo(h.dtype).tiny))`, `torch.log(1 - p)` ->
+`torch.log((1 - p).clamp(min=torch.finfo(p.dtype).tiny))`). Where no such expression exists
+(a division, a cast), the finding comes without a fix rather than repeating the computation
+inside `.dtype`. `torch.finfo` needs a floating dtype: clamp after the cast, not before, for
+integer tensors.
+
+The clamp stops the -inf and the inf/NaN gradient; it does not recover a value that rounding
+already lost. Where `1 - p` rounded to 0 although its true value is not tiny, the result is
+`log(tiny)`: for bfloat16 logits [7.375, 0, 0, 0], `softmax` gives exactly 1.0 for the first
+class, so `log(1 - p)` is -inf, and clamped -87.5, where the true value is -6.28. When
+those values matter, compute the probability in float32 or stay in log space.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.log.html",
+        "https://pytorch.org/docs/stable/type_info.html#torch.finfo",
+        "https://pytorch.org/docs/stable/special.html#torch.special.entr",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        op = ctx.op(node)
+        if op is None or op.name not in _LOGS or len(op.args) != 1 or op.kwargs:
+            return
+        arg = op.args[0]
+        if op.name == "log" and log_domain_case(ctx, arg):
+            return
+        if is_guarded(ctx, arg):
+            return
+        reason = can_be_zero(ctx, arg)
+        if reason is None:
+            return
+        if inside_hand_bce(ctx, node) or handled_afterwards(ctx, node):
+            return
+        spelled = op.name if op.style == "method" else node_code(node.func)
+        origin = _PHRASES.get(reason, reason)
+        message = (
+            f"`{spelled}` of a value that can be exactly 0 ({origin}): {op.name}(0) = -inf and its "
+            "gradient is inf, NaN once multiplied by 0; clamp the argument at "
+            "`torch.finfo(dtype).tiny`"
+        )
+        if reason in ("a softmax output", "a sigmoid output"):
+            message += ", or better, stay in log space (`log_softmax`, `logsigmoid`)"
+        ctx.report(
+            self,
+            node,
+            message=message,
+            edits=self._edits(node, op, arg, ctx),
+            probe=self._probe(node, op, arg, ctx, reason),
+        )
+
+    def _edits(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext):
+        witness = dtype_witness(ctx, arg)
+        if witness is None:
+            return ()
+        finfo, imports = ctx.spell("torch.finfo")
+        tiny = f"{finfo}({node_code(strip_parens(witness))}.dtype).tiny"
+        clamp = ctx.op(strip_parens(arg))
+        if clamp is not None and clamp.name in ("clamp", "clamp_min") and clamp.args:
+            # `x.clamp(min=0)` already clamps: raise its minimum instead of clamping twice.
+            low = clamp.arg(1, "min")
+            if low is not None and number_value(strip_parens(low)) == 0:
+                return (ctx.replace(low, tiny),) + imports
+        argument = node_code(arg) if is_atom(arg) else "(" + node_code(arg) + ")"
+        clamped = f"{argument}.clamp(min={tiny})"
+        if op.style == "method":
+            replacement = f"{clamped}.{node.func.attr.value}()"
+        else:
+            replacement = f"{node_code(node.func)}({clamped})"
+        return (ctx.replace(node, replacement),) + imports
+
+    def _probe(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext, reason: str):
+        # Counts come from integer ops (bincount, comparisons) a probe cannot sweep over
+        # floats: a ratio of counts is probed over its local names, with count domains.
+        counts = reason == "a ratio of counts"
+        canonical = ctx.canonical(arg, inline=not counts)
+        text = node_code(canonical)
+        if not is_atom(canonical):
+            text = "(" + text + ")"
+        original = cst.parse_expression(f"{_LOGS[op.name]}({text})")
+        fixed = cst.parse_expression(
+            f"{_LOGS[op.name]}({text}.clamp(min=torch.finfo({text}.dtype).tiny))"
+        )
+        original, fixed = abstract_calls(original, fixed)
+        domains = _count_domains(ctx, arg) if counts else {}
+        return ctx.expression_probe(original, fixed, domains)
