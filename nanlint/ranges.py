@@ -652,3 +652,52 @@ __all__ = [
     "positive_constant",
     "probability_source",
 ]
+
+
+# Ops whose output is never negative.
+_NONNEGATIVE_OUTPUT = {"abs", "relu", "square", "exp", "sigmoid", "softmax", "softplus", "sqrt"}
+
+
+def sign(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: int = _DEPTH) -> Optional[str]:
+    """"nonneg" or "nonpos" where the sign of `expr` is evident from how it is built
+    (`-x.pow(2) / (2 * sigma ** 2)` is "nonpos"), else None. Used to see that an `exp`
+    cannot overflow: the Gaussian `exp(-d**2 / s)` is at most 1."""
+    if depth <= 0:
+        return None
+    expr, env = _resolve(ctx, expr, env)
+    value = number_value(expr)
+    if value is not None:
+        return "nonneg" if value >= 0 else "nonpos"
+    if positive_constant(ctx, expr, env, depth - 1) is not None:
+        return "nonneg"
+    op = ctx.op(expr)
+    if op is None:
+        return None
+    flip = {"nonneg": "nonpos", "nonpos": "nonneg"}
+    if op.name in _NONNEGATIVE_OUTPUT:
+        return "nonneg"
+    if op.name == "neg" and len(op.args) == 1:
+        inner = sign(ctx, op.args[0], env, depth - 1)
+        return flip.get(inner) if inner else None
+    if len(op.args) != 2 or op.kwargs:
+        return None
+    left, right = op.args
+    if op.name == "pow":
+        exponent = number_value(strip_parens(right))
+        if exponent is not None and exponent == int(exponent) and int(exponent) % 2 == 0:
+            return "nonneg"
+        return "nonneg" if sign(ctx, left, env, depth - 1) == "nonneg" else None
+    if op.name in ("mul", "div"):
+        if op.name == "mul" and ctx.code(strip_parens(left)) == ctx.code(strip_parens(right)):
+            return "nonneg"  # x * x
+        a, b = sign(ctx, left, env, depth - 1), sign(ctx, right, env, depth - 1)
+        if a is None or b is None:
+            return None
+        return "nonneg" if a == b else "nonpos"
+    if op.name == "add":
+        a, b = sign(ctx, left, env, depth - 1), sign(ctx, right, env, depth - 1)
+        return a if a is not None and a == b else None
+    if op.name == "sub":
+        a, b = sign(ctx, left, env, depth - 1), sign(ctx, right, env, depth - 1)
+        return a if a is not None and b == flip[a] else None
+    return None

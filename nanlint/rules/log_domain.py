@@ -17,6 +17,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import libcst as cst
 
 from ..context import FileContext, free_inputs, is_atom, node_code, parenthesize, strip_parens
+from ..ranges import sign
 from ..diagnostics import Edit, Position
 from ..ops import Op, number_value
 from .base import SAFE, Rule
@@ -120,7 +121,8 @@ _NONNEGATIVE_OPS = ("abs", "relu", "square", "exp", "sigmoid", "softmax", "softp
 
 def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True where `exp(node)` cannot overflow: `x - x.max(...)` (the stabilized form),
-    `x - x.amax(...)`, `x - x.logsumexp(...)`, log-probabilities, `-abs(x)`, `-relu(x)`."""
+    `x - x.amax(...)`, `x - x.logsumexp(...)`, log-probabilities, `-abs(x)`, `-relu(x)`, and
+    any exponent that is evidently <= 0."""
     node, env, _ = _follow(ctx, strip_parens(node), env, False)
     op = ctx.op(node)
     if op is None:
@@ -131,9 +133,10 @@ def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> b
         return inner is not None and inner.name in ("max", "amax", "logsumexp")
     if op.name in ("log_softmax", "logsigmoid"):
         return True
-    if op.name == "neg" and len(op.args) == 1:
-        return _find(ctx, op.args[0], _NONNEGATIVE_OPS, env) is not None
-    return False
+    if op.name == "neg" and len(op.args) == 1 and _find(ctx, op.args[0], _NONNEGATIVE_OPS, env) is not None:
+        return True
+    # A Gaussian `exp(-d**2 / (2 * s**2))` and the like: at most 1.
+    return sign(ctx, node, env) == "nonpos"
 
 
 def _key(ctx: FileContext, node: cst.BaseExpression, env: Env) -> str:
