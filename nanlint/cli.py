@@ -1,4 +1,4 @@
-"""The `nanlint` command: `nanlint [check] PATHS`, `nanlint rule CODE`, `nanlint rules`.
+"""The `nanlint` command: `nanlint [check] PATHS`, `nanlint verify`, `nanlint rule CODE`, `nanlint rules`.
 
 Exit codes (ruff's): 0 no finding remains, 1 findings remain, 2 usage/config/internal error.
 """
@@ -17,6 +17,7 @@ from .diagnostics import Diagnostic
 from .runner import run
 from .output import FORMATS, render
 from .rules import all_rules, get_rule
+from .verify.command import verify_command  # imports no torch until `verify` runs
 
 
 class _DefaultToCheck(click.Group):
@@ -127,7 +128,7 @@ def _print_summary(diagnostics: List[Diagnostic], fix: bool, fixed: int, unsafe:
         click.echo("All checks passed!")
     if hidden:
         click.echo(
-            f"{_plural(hidden, 'more fix')} available with --fix --unsafe-fixes "
+            f"{hidden} more {'fix' if hidden == 1 else 'fixes'} available with --fix --unsafe-fixes "
             "(they change values or statement order: review them)."
         )
 
@@ -156,6 +157,9 @@ def rules_command() -> None:
             f"{r.code:<7} {r.name:<{width}}  {(r.fix_applicability or '-'):<6}  "
             f"{'on' if r.default_enabled else 'off'}"
         )
+
+
+cli.add_command(verify_command)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -509,15 +509,6 @@ def _count_like(ctx: FileContext, expr: cst.BaseExpression, env: Env, depth: int
     return False
 
 
-def _self_normalized(ctx: FileContext, numerator, denominator, env: Env, depth: int) -> bool:
-    """`c / c.sum(...)`, `c / torch.sum(c, ...)`, or a local holding that sum."""
-    denominator, denv = _resolve(ctx, denominator, env)
-    op = ctx.op(denominator)
-    if op is None or op.name != "sum" or not op.args:
-        return False
-    return node_code(strip_parens(op.args[0])) == node_code(strip_parens(numerator))
-
-
 def can_be_zero(
     ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: int = _DEPTH
 ) -> Optional[str]:
@@ -528,7 +519,7 @@ def can_be_zero(
     - "a softmax output" / "a sigmoid output": softmax (softmin) and sigmoid underflow to 0;
     - "1 - a probability": `1 - p` with p a softmax/sigmoid output (it rounds to 1);
     - "a ratio of counts": `torch.bincount(x) / n`, `correct.float() / n` with
-      `correct = (pred == y).sum()`, `c / c.sum()`, `(a == b).float().mean()`;
+      `correct = (pred == y).sum()`, `(a == b).float().mean()`;
     and these again through indexing, reshaping, casts, products (`relu(x) * w`), the
     numerator of a division, and local variables. Values with no visible origin (function
     parameters, attributes, module outputs) give None."""
@@ -570,10 +561,8 @@ def can_be_zero(
                 return reason
             if _count_like(ctx, numerator, env, depth - 1):
                 return "a ratio of counts"
-            if _self_normalized(ctx, numerator, denominator, env, depth - 1) and not is_guarded(
-                ctx, numerator, env
-            ):
-                return "a ratio of counts"
+            # `c / c.sum()` alone is no evidence: yolov5's class-frequency prior
+            # `torch.log(cf / cf.sum())` takes `cf` as a parameter (smoothed by +1 upstream).
             return None
         if name == "mean" and len(op.args) == 1 and not op.kwargs:
             if _count_like(ctx, op.args[0], env, depth - 1) and _is_mask(ctx, op.args[0], env, depth - 1):
