@@ -449,6 +449,13 @@ class _Canonicalizer(cst.CSTTransformer):
             self._skip.add(id(node.keyword))
         return True
 
+    # A probe is code to run, not to read: comments inside the expression are dropped.
+    def leave_TrailingWhitespace(self, original, updated):
+        return updated.with_changes(comment=None)
+
+    def leave_EmptyLine(self, original, updated):
+        return updated.with_changes(comment=None)
+
     def leave_Attribute(self, original: cst.Attribute, updated: cst.Attribute):
         full = self.ctx.qualname(original)
         if full is not None and full.startswith("torch"):

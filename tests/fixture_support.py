@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Counter as CounterT, List, Tuple, Type
+from typing import Counter as CounterT, Dict, List, Tuple, Type
 
 from nanlint.rules import Rule, all_rules
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?:\s*,\s*NAN\d{3})*)")
+_VERDICTS = ("confirmed", "not-reproduced", "fix-failed", "not-verifiable")
+_VERIFY = re.compile(r"#\s*verify:\s*(?P<verdicts>[a-z-]+(?:\s*,\s*[a-z-]+)*)")
 
 
 def fixture_files() -> List[Path]:
@@ -24,6 +26,20 @@ def expected(source: str) -> CounterT[Tuple[int, str]]:
         if m:
             for code in re.split(r"\s*,\s*", m.group("codes")):
                 found[(row, code)] += 1
+    return found
+
+
+def expected_verdicts(source: str) -> Dict[int, List[str]]:
+    """`# verify: not-reproduced` on a line: the verifier's expected verdict for the findings
+    that start there (default: confirmed). Several, comma-separated, go to the findings in
+    column order (`torch.log(1 + torch.log(1 + x))`: outer first)."""
+    found: Dict[int, List[str]] = {}
+    for row, line in enumerate(source.splitlines(), start=1):
+        m = _VERIFY.search(line)
+        if m:
+            verdicts = re.split(r"\s*,\s*", m.group("verdicts"))
+            assert all(v in _VERDICTS for v in verdicts), f"line {row}: unknown verdict in {verdicts}"
+            found[row] = verdicts
     return found
 
 

@@ -1,0 +1,184 @@
+"""Findings to verify: linted now, or read back from `nanlint check --output-format json`.
+
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Set
+
+from ..config import Settings, select_rules
+from ..diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput
+from ..rules import all_rules
+
+
+class FindingsError(Exception):
+    """The findings file cannot be read: one line, exit code 2."""
+
+
+@dataclass
+class Findings:
+    diagnostics: List[Diagnostic]
+    errors: List[str]
+
+
+def _position(raw: Any, where: str) -> Position:
+    if not isinstance(raw, dict) or not isinstance(raw.get("row"), int) or not isinstance(raw.get("column"), int):
+        raise FindingsError(f"{where}: expected {{'row': int, 'column': int}}")
+    return Position(raw["row"], raw["column"])
+
+
+def _probe(raw: Any, where: str) -> Optional[Probe]:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise FindingsError(f"{where}: `probe` must be an object or null")
+    inputs = []
+    for i, item in enumerate(raw.get("inputs") or []):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise FindingsError(f"{where}: probe input {i} must have a string `name`")
+        value = item.get("value")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise FindingsError(f"{where}: probe input {item['name']}: `value` must be a number or null")
+        domain = item.get("domain")
+        if domain is not None:
+            if not isinstance(domain, list) or len(domain) != 2:
+                raise FindingsError(f"{where}: probe input {item['name']}: `domain` must be [low, high]")
+            domain = tuple(_number(d, where) for d in domain)
+        inputs.append(ProbeInput(item["name"], float(value) if value is not None else None, domain))
+    params = raw.get("params") or {}
+    if not isinstance(params, dict):
+        raise FindingsError(f"{where}: probe `params` must be an object")
+    for key in ("original", "fixed", "harness"):
+        if raw.get(key) is not None and not isinstance(raw.get(key), str):
+            raise FindingsError(f"{where}: probe `{key}` must be a string or null")
+    kind = raw.get("kind")
+    if not isinstance(kind, str):
+        raise FindingsError(f"{where}: probe `kind` must be a string")
+    return Probe(
+        kind=kind,
+        original=raw.get("original"),
+        fixed=raw.get("fixed"),
+        inputs=tuple(inputs),
+        harness=raw.get("harness"),
+        params=tuple(params.items()),
+    )
+
+
+def _number(v: Any, where: str) -> float:
+    # JSON written by Python may spell infinities `Infinity`; strings are accepted too.
+    if isinstance(v, bool):
+        raise FindingsError(f"{where}: expected a number")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v.strip().lower() in ("inf", "+inf", "infinity", "-inf", "-infinity"):
+        return float(v.strip().lower().replace("infinity", "inf"))
+    raise FindingsError(f"{where}: expected a number, got {v!r}")
+
+
+def _fix(raw: Any, where: str) -> Optional[Fix]:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise FindingsError(f"{where}: `fix` must be an object or null")
+    edits = []
+    for e in raw.get("edits") or []:
+        if not isinstance(e, dict) or not isinstance(e.get("content"), str):
+            raise FindingsError(f"{where}: each fix edit needs a string `content`")
+        edits.append(Edit(_position(e.get("location"), where), _position(e.get("end_location"), where), e["content"]))
+    return Fix(str(raw.get("message") or ""), tuple(edits), str(raw.get("applicability") or "safe"))
+
+
+def parse_findings(text: str, source: str = "findings") -> List[Diagnostic]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FindingsError(f"{source}: not JSON: {exc.msg} at line {exc.lineno}") from None
+    if isinstance(data, dict) and isinstance(data.get("findings"), list):
+        data = data["findings"]  # `nanlint verify --output-format json` output, read back
+    if not isinstance(data, list):
+        raise FindingsError(f"{source}: expected the JSON list of `nanlint check --output-format json`")
+    out = []
+    for n, item in enumerate(data):
+        where = f"{source}: finding {n}"
+        if not isinstance(item, dict):
+            raise FindingsError(f"{where}: expected an object")
+        for key in ("code", "message", "filename"):
+            if not isinstance(item.get(key), str):
+                raise FindingsError(f"{where}: missing string `{key}`")
+        out.append(Diagnostic(
+            path=item["filename"],
+            start=_position(item.get("location"), where),
+            end=_position(item.get("end_location") or item.get("location"), where),
+            code=item["code"],
+            name=str(item.get("name") or ""),
+            message=item["message"],
+            fix=_fix(item.get("fix"), where),
+            probe=_probe(item.get("probe"), where),
+        ))
+    return out
+
+
+def read_findings(path: str) -> List[Diagnostic]:
+    if path == "-":
+        import sys
+
+        return parse_findings(sys.stdin.read(), "stdin")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise FindingsError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return parse_findings(text, path)
+
+
+def selected(diagnostics: Sequence[Diagnostic], settings: Settings) -> List[Diagnostic]:
+    """Keep the findings `--select/--ignore` (and the config) choose, as `check` would.
+    A code this installation does not know is kept unless it is ignored."""
+    chosen: Set[str] = {r.code for r in select_rules(settings)}
+    known: Set[str] = {r.code for r in all_rules()}
+    out = []
+    for d in diagnostics:
+        if d.code in chosen:
+            out.append(d)
+        elif d.code not in known and not any(d.code.startswith(s) or s == "ALL" for s in settings.ignore):
+            out.append(d)
+    return out
+
+
+def lint_findings(paths: Sequence[str], settings: Settings) -> Findings:
+    from ..runner import run
+
+    result = run(paths, settings)
+    return Findings(result.diagnostics, result.errors)
+
+
+def source_lines(d: Diagnostic) -> Optional[Dict[str, str]]:
+    """The finding's lines before and after its fix, when the file can be read."""
+    try:
+        with open(d.path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError):
+        return None
+    first, last = d.start.row, d.end.row
+    if first < 1 or last > len(lines):
+        return None
+    before = "".join(lines[first - 1:last])
+    after = None
+    edits = [e for e in (d.fix.edits if d.fix else ()) if first <= e.start.row and e.end.row <= last]
+    if edits:
+        text = lines[first - 1:last]
+        block = "".join(text)
+        offsets = [0]
+        for line in text:
+            offsets.append(offsets[-1] + len(line))
+
+        def at(p: Position) -> int:
+            return offsets[p.row - first] + p.column - 1
+
+        for e in sorted(edits, key=lambda e: (e.start.row, e.start.column), reverse=True):
+            block = block[:at(e.start)] + e.content + block[at(e.end):]
+        after = block
+    return {"before": before, "after": after}

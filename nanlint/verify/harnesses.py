@@ -1,0 +1,534 @@
+"""Built-in scenarios for statement-level findings (probe kind "harness").
+
+Each harness drives a tiny model (a 4x4 linear layer, seeded) into the failure the rule
+describes, once in the original order or form and once as fixed, and measures what a
+training run would see: the size of the parameter update, whether parameters or the loss
+stay finite. Nothing from the linted code is run: only the harness's name and the
+parameters the linter read from the source (`max_norm=1.0`, `eps=1e-8`) are used.
+
+Harnesses: clip-after-step, clip-without-unscale, step-bypasses-scaler, adam-eps-half,
+cross-entropy-half, cross-entropy-all-ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from . import contexts as C
+from .evaluate import single_threaded
+from .verdict import (
+    CONFIRMED,
+    FIX_FAILED,
+    NOT_REPRODUCED,
+    Verification,
+    Witness,
+    fmt_number,
+    not_verifiable,
+)
+
+LR = 0.1
+SCALE = 2.0 ** 16
+
+
+@dataclass
+class Scenario:
+    """What the report shows for a harness: code before/after and measured rows."""
+
+    name: str
+    params: Dict[str, Any]
+    original_code: str
+    fixed_code: str
+    rows: List[Dict[str, Any]] = field(default_factory=list)  # metric, original, fix, expected
+
+    def add(self, metric: str, original: Any, fix: Any, expected: str = "") -> None:
+        self.rows.append({"metric": metric, "original": _plain(original), "fix": _plain(fix),
+                          "expected": expected})
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "params": self.params, "original_code": self.original_code,
+                "fixed_code": self.fixed_code, "rows": self.rows}
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        v = v.item()
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return float(f"{v:.6g}")
+    return v
+
+
+def _number(params: Mapping[str, Any], key: str, default: float) -> Tuple[float, bool]:
+    """A numeric parameter, and whether it came from the source."""
+    v = params.get(key)
+    if isinstance(v, bool) or v is None:
+        return default, False
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return default, False
+    if not math.isfinite(f) or f <= 0:
+        return default, False
+    return f, True
+
+
+def _model(device: str, dtype: torch.dtype = torch.float32) -> torch.nn.Linear:
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(4, 4, generator=g) * 0.5)
+        lin.bias.copy_(torch.randn(4, generator=g) * 0.1)
+    return lin.to(device=device, dtype=dtype)
+
+
+def _data(device: str, scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 4, generator=g) * scale
+    y = torch.randn(16, 4, generator=g)
+    return x.to(device), y.to(device)
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().float().reshape(-1) for p in model.parameters()])
+
+
+def _clip(model, kind: str, limit: float) -> float:
+    if kind == "value":
+        torch.nn.utils.clip_grad_value_(model.parameters(), limit)
+        return limit
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
+
+
+def _update_size(delta: torch.Tensor, kind: str) -> float:
+    return float(delta.abs().max()) if kind == "value" else float(delta.norm())
+
+
+def _half_for(device: str) -> torch.dtype:
+    return torch.float16
+
+
+def _verdict(original_fails: bool, fix_holds: bool, witness: Witness, fix_witness: Witness,
+             scenario: Scenario, device: str, reason_ok: str, reason_not: str) -> Verification:
+    data = scenario.to_json()
+    if not fix_holds:
+        return Verification(FIX_FAILED, "the fixed order/form fails too", device=device,
+                            witness=witness if original_fails else None, fix_witness=fix_witness,
+                            harness=data)
+    if original_fails:
+        return Verification(CONFIRMED, reason_ok, device=device, witness=witness, harness=data)
+    return Verification(NOT_REPRODUCED, reason_not, device=device, harness=data)
+
+
+def _harness_witness(text: str, device: str, dtype: str = "float32", which: str = "original",
+                     inputs: Optional[Dict[str, Any]] = None) -> Witness:
+    return Witness(which=which, kind="harness", where="training step", inputs=inputs or {},
+                   dtype=dtype, device=device, text=text)
+
+
+# ----------------------------------------------------------------------------- harnesses
+
+
+def clip_after_step(params: Mapping[str, Any], device: str) -> Verification:
+    kind = "value" if str(params.get("clip") or "norm") == "value" else "norm"
+    limit, given = _number(params, "max_norm", 1.0)
+    if kind == "value":
+        limit, given = _number(params, "clip_value", limit) if "clip_value" in params else (limit, given)
+    clip_call = ("torch.nn.utils.clip_grad_value_(model.parameters(), {})" if kind == "value"
+                 else "torch.nn.utils.clip_grad_norm_(model.parameters(), {})").format(fmt_number(limit))
+    scenario = Scenario(
+        "clip-after-step", dict(params),
+        original_code=f"loss.backward()\noptimizer.step()\n{clip_call}",
+        fixed_code=f"loss.backward()\n{clip_call}\noptimizer.step()",
+    )
+    x, y = _data(device, 100.0)
+
+    def train(clip_first: bool) -> Tuple[float, float]:
+        model = _model(device)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        loss = F.mse_loss(model(x), y) * 100.0
+        loss.backward()
+        grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        before = _flat(model)
+        if clip_first:
+            _clip(model, kind, limit)
+            opt.step()
+        else:
+            opt.step()
+            _clip(model, kind, limit)
+        return _update_size(_flat(model) - before, kind), _update_size(grad, kind)
+
+    orig_update, grad_size = train(clip_first=False)
+    fix_update, _ = train(clip_first=True)
+    bound = LR * limit
+    what = "largest update" if kind == "value" else "update norm"
+    scenario.add("gradient " + ("max |g|" if kind == "value" else "norm"), grad_size, grad_size)
+    scenario.add(what, orig_update, fix_update, f"≤ lr·{'clip_value' if kind == 'value' else 'max_norm'} = {fmt_number(bound)}")
+    original_fails = orig_update > bound * 1.01
+    fix_holds = fix_update <= bound * 1.01
+    note = "" if given else f" (max_norm not a literal in the source: {fmt_number(limit)} used)"
+    w = _harness_witness(
+        f"{what} {fmt_number(orig_update)} with the clip after optimizer.step() vs "
+        f"{fmt_number(fix_update)} with the clip before it (SGD lr={fmt_number(LR)}, "
+        f"{'clip_value' if kind == 'value' else 'max_norm'}={fmt_number(limit)}, gradient "
+        f"{'max' if kind == 'value' else 'norm'} {fmt_number(grad_size)}) on {device}{note}", device)
+    fw = _harness_witness(f"{what} {fmt_number(fix_update)} exceeds {fmt_number(bound)} with the clip "
+                          f"before optimizer.step()", device, which="fix")
+    return _verdict(original_fails, fix_holds, w, fw, scenario, device,
+                    "the step used the unclipped gradient; clipping first bounds the update",
+                    "the gradient was already within the limit")
+
+
+def clip_without_unscale(params: Mapping[str, Any], device: str) -> Verification:
+    limit, given = _number(params, "max_norm", 1.0)
+    scenario = Scenario(
+        "clip-without-unscale", dict(params),
+        original_code=("scaler.scale(loss).backward()\n"
+                       f"torch.nn.utils.clip_grad_norm_(model.parameters(), {fmt_number(limit)})\n"
+                       "scaler.step(optimizer)\nscaler.update()"),
+        fixed_code=("scaler.scale(loss).backward()\nscaler.unscale_(optimizer)\n"
+                    f"torch.nn.utils.clip_grad_norm_(model.parameters(), {fmt_number(limit)})\n"
+                    "scaler.step(optimizer)\nscaler.update()"),
+    )
+    x, y = _data(device, 0.3)  # small enough that the scaled float16 gradient stays finite
+    half = _half_for(device)
+
+    def train(unscale_first: bool) -> Tuple[float, float, float]:
+        model = _model(device)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        scaler = torch.amp.GradScaler(device, init_scale=SCALE)
+        with torch.autocast(device_type=device, dtype=half):
+            out = model(x)
+        loss = F.mse_loss(out.float(), y)
+        scaler.scale(loss).backward()
+        before = _flat(model)
+        if unscale_first:
+            scaler.unscale_(opt)
+        seen = _clip(model, "norm", limit)
+        true_norm = seen / (1.0 if unscale_first else SCALE)
+        scaler.step(opt)
+        scaler.update()
+        return float((_flat(model) - before).norm()), seen, true_norm
+
+    orig_update, orig_seen, true_norm = train(unscale_first=False)
+    fix_update, fix_seen, _ = train(unscale_first=True)
+    if not (math.isfinite(orig_seen) and math.isfinite(fix_seen)):
+        return not_verifiable("clip-without-unscale: the scaled gradient overflowed in the harness", device)
+    intended = LR * min(true_norm, limit)
+    scenario.add("gradient norm seen by the clip", orig_seen, fix_seen, f"true norm {fmt_number(true_norm)}")
+    scenario.add("update norm", orig_update, fix_update, f"lr·min(norm, max_norm) = {fmt_number(intended)}")
+    original_fails = abs(orig_update - intended) > 0.5 * intended
+    fix_holds = abs(fix_update - intended) <= 0.01 * intended + 1e-12
+    w = _harness_witness(
+        f"the clip saw the scaled gradient (norm {fmt_number(orig_seen)}, scale {fmt_number(SCALE)}): "
+        f"update norm {fmt_number(orig_update)} instead of {fmt_number(intended)}; with "
+        f"scaler.unscale_(optimizer) first it is {fmt_number(fix_update)} (GradScaler on {device}, "
+        f"autocast {C.dtype_name(half)}, max_norm={fmt_number(limit)})", device)
+    fw = _harness_witness(f"update norm {fmt_number(fix_update)} instead of {fmt_number(intended)} "
+                          "after unscale_", device, which="fix")
+    return _verdict(original_fails, fix_holds, w, fw, scenario, device,
+                    "clipping the scaled gradient divides the limit by the loss scale",
+                    "the update was as intended")
+
+
+def step_bypasses_scaler(params: Mapping[str, Any], device: str) -> Verification:
+    scenario = Scenario(
+        "step-bypasses-scaler", dict(params),
+        original_code="scaler.scale(loss).backward()\noptimizer.step()\nscaler.update()",
+        fixed_code="scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.update()",
+    )
+    x, y = _data(device, 1.0)
+    half = _half_for(device)
+
+    def train(through_scaler: bool) -> Tuple[float, float, Optional[str]]:
+        model = _model(device)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        scaler = torch.amp.GradScaler(device, init_scale=SCALE)
+        with torch.autocast(device_type=device, dtype=half):
+            out = model(x)
+        loss = F.mse_loss(out.float(), y)
+        scaler.scale(loss).backward()
+        grad_norm = float(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).norm()) / SCALE
+        before = _flat(model)
+        error = None
+        if through_scaler:
+            scaler.step(opt)
+        else:
+            opt.step()
+        try:
+            scaler.update()
+        except Exception as exc:  # noqa: BLE001 - what the user's loop would hit
+            error = f"{type(exc).__name__}: {exc}"
+        return float((_flat(model) - before).norm()), grad_norm, error
+
+    orig_update, grad_norm, orig_error = train(through_scaler=False)
+    fix_update, _, fix_error = train(through_scaler=True)
+    intended = LR * grad_norm
+    scenario.add("update norm", orig_update, fix_update, f"lr·|g| = {fmt_number(intended)}")
+    scenario.add("scaler.update()", orig_error or "ok", fix_error or "ok", "ok")
+    original_fails = orig_update > 10 * intended or orig_error is not None
+    fix_holds = fix_error is None and abs(fix_update - intended) <= 0.01 * intended + 1e-12
+    tail = f"; scaler.update() then raises {orig_error}" if orig_error else ""
+    w = _harness_witness(
+        f"optimizer.step() applied the scaled gradient: update norm {fmt_number(orig_update)} "
+        f"({fmt_number(orig_update / intended if intended else math.inf)}× the intended "
+        f"{fmt_number(intended)}, scale {fmt_number(SCALE)}) on {device}{tail}", device)
+    fw = _harness_witness(f"update norm {fmt_number(fix_update)} instead of {fmt_number(intended)} "
+                          f"with scaler.step(optimizer){'; ' + fix_error if fix_error else ''}", device,
+                          which="fix")
+    return _verdict(original_fails, fix_holds, w, fw, scenario, device,
+                    "the optimizer stepped on the loss-scaled gradient",
+                    "the update was as intended")
+
+
+_OPTIMIZERS = {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad"}
+
+
+def adam_eps_half(params: Mapping[str, Any], device: str) -> Verification:
+    name = str(params.get("optimizer") or "Adam").rsplit(".", 1)[-1]
+    if name not in _OPTIMIZERS:
+        return not_verifiable(f"adam-eps-half: optimizer {name!r} is not one the harness runs", device)
+    default_eps = {"Adagrad": 1e-10}.get(name, 1e-8)
+    eps, given = _number(params, "eps", default_eps)
+    try:
+        dtype = C.dtype_from_name(str(params.get("dtype") or "float16"))
+    except ValueError:
+        dtype = torch.float16
+    opt_cls = getattr(torch.optim, name)
+    lr = 1e-3
+    steps = 10  # RAdam only divides by the second moment from step 6
+    scenario = Scenario(
+        "adam-eps-half", dict(params),
+        original_code=(f"model = model.to(torch.{C.dtype_name(dtype)})\n"
+                       f"optimizer = torch.optim.{name}(model.parameters(), lr={lr}, eps={eps:g})"),
+        fixed_code=("# float32 master weights; the forward pass runs in half under autocast\n"
+                    f"optimizer = torch.optim.{name}(model.parameters(), lr={lr}, eps={eps:g})\n"
+                    f"with torch.autocast(device_type, dtype=torch.{C.dtype_name(dtype)}):\n    loss = ..."),
+    )
+
+    def train(param_dtype: torch.dtype, g: float) -> Tuple[float, float, int]:
+        """(parameter after the steps, largest single-step move, first step with NaN/Inf)."""
+        p = torch.nn.Parameter(torch.ones(8, device=device, dtype=param_dtype))
+        opt = opt_cls([p], lr=lr, eps=eps)
+        first_bad, largest = 0, 0.0
+        for step in range(1, steps + 1):
+            before = p.detach().double().clone()
+            p.grad = torch.full_like(p, g)
+            opt.step()
+            after = p.detach().double()
+            if not bool(torch.isfinite(after).all()):
+                first_bad = first_bad or step
+            else:
+                largest = max(largest, float((after - before).abs().max()))
+        return float(p.detach().double()[0]), largest, first_bad
+
+    # Gradients a model really sees late in training, and exactly 0 (a dead unit); the first
+    # that breaks the half-precision state is reported.
+    tried = [1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 0.0]
+    failing = None
+    for g in tried:
+        final, move, bad = train(dtype, g)
+        ref_final, ref_move, ref_bad = train(torch.float32, g)
+        if ref_bad:
+            continue
+        blown = move > 10 * max(ref_move, lr)
+        if bad or blown:
+            failing = (g, final, move, bad, ref_final, ref_move)
+            break
+    g = failing[0] if failing else tried[-1]
+    orig_final, orig_move, orig_bad = train(dtype, g)
+    fix_final, fix_move, fix_bad = train(torch.float32, g)
+    scenario.add("gradient", g, g)
+    scenario.add(f"parameter after {steps} steps (start 1)", orig_final, fix_final, "finite")
+    scenario.add("largest single-step move", orig_move, fix_move, f"≈ lr = {lr:g} (a few × lr for RMSprop)")
+    scenario.add("step at which a parameter became NaN/Inf", orig_bad or "never", fix_bad or "never", "never")
+    original_fails = failing is not None
+    fix_holds = fix_bad == 0
+    eps_vanishes = float(torch.tensor(eps, dtype=dtype)) == 0.0
+    if g == 0.0:
+        where = f"a zero gradient gives 0/0 because eps={eps:g} is 0 in {C.dtype_name(dtype)}"
+    elif eps_vanishes:
+        where = f"the second-moment estimate underflows to 0 and eps={eps:g} is 0 in {C.dtype_name(dtype)}"
+    else:
+        where = "the second-moment estimate underflows to 0, so the step divides by eps alone"
+    if original_fails and orig_bad:
+        what = f"the parameters are {fmt_number(orig_final)} after step {orig_bad}"
+    else:
+        what = (f"a single step moves a parameter by {fmt_number(orig_move)} "
+                f"({fmt_number(orig_move / max(fix_move, 1e-30))}× the float32 step)")
+    w = _harness_witness(
+        f"{name}(eps={eps:g}) on {C.dtype_name(dtype)} parameters with gradient {g:g}: {what} "
+        f"({where}); with float32 master weights the parameter is {fmt_number(fix_final)} after "
+        f"{steps} steps on {device}", device, dtype=C.dtype_name(dtype))
+    fw = _harness_witness(f"float32 parameters become NaN/Inf at step {fix_bad}", device, which="fix")
+    not_text = (f"the {C.dtype_name(dtype)} parameters stayed finite and moved like the float32 ones "
+                f"for every gradient tried ({', '.join(f'{t:g}' for t in tried)})")
+    if dtype == torch.bfloat16:
+        not_text += f"; eps={eps:g} is representable in bfloat16 (its range is float32's)"
+    return _verdict(original_fails, fix_holds, w, fw, scenario, device,
+                    "the half-precision optimizer state breaks; float32 master weights hold", not_text)
+
+
+def cross_entropy_half(params: Mapping[str, Any], device: str) -> Verification:
+    smoothing, _ = _number(params, "label_smoothing", 0.0)
+    if params.get("label_smoothing") in (0, 0.0):
+        smoothing = 0.0
+    reduction = str(params.get("reduction") or "mean")
+    if reduction not in ("mean", "sum", "none"):
+        reduction = "mean"
+    try:
+        dtype = C.dtype_from_name(str(params.get("dtype") or "float16"))
+    except ValueError:
+        dtype = torch.float16
+    in_autocast = bool(params.get("in_autocast"))
+    kw = f", label_smoothing={smoothing:g}" if smoothing else ""
+    kw += f", reduction={reduction!r}" if reduction != "mean" else ""
+    wrap = f"with torch.autocast(device_type, dtype=torch.{C.dtype_name(dtype)}):\n    " if in_autocast else ""
+    scenario = Scenario(
+        "cross-entropy-half", dict(params),
+        original_code=f"{wrap}loss = F.cross_entropy(logits, target{kw})  # logits in {C.dtype_name(dtype)}",
+        fixed_code=f"{wrap}loss = F.cross_entropy(logits.float(), target{kw})",
+    )
+    classes, batch = 10, 8
+    g = torch.Generator().manual_seed(2)
+    pattern = torch.where(torch.rand(batch, classes, generator=g) < 0.5, 1.0, -1.0)
+    target = torch.randint(classes, (batch,), generator=g)
+    for i in range(batch):  # the target class sits at -M: the largest loss the logits allow
+        pattern[i, int(target[i])] = -1.0
+    target = target.to(device)
+    fmax = float(torch.finfo(dtype).max)
+    ladder = [m for m in (10.0, 100.0, 1e3, 1e4, 3e4, 6e4, 1e6, 1e10, 1e20, 1e30, 1e38) if m < fmax]
+
+    def loss_of(logits: torch.Tensor, upcast: bool, autocast: bool):
+        leaf = logits.detach().clone().requires_grad_(True)
+        inp = leaf.float() if upcast else leaf
+        manager = torch.autocast(device_type=device, dtype=dtype) if autocast else _Null()
+        with manager:
+            loss = F.cross_entropy(inp, target, label_smoothing=smoothing, reduction=reduction)
+        loss.sum().backward()
+        return loss.detach(), leaf.grad.detach()
+
+    def finite(*ts) -> bool:
+        return all(bool(torch.isfinite(t).all()) for t in ts)
+
+    found = None
+    shared_from = None
+    for m in ladder:
+        logits = (pattern * m).to(device=device, dtype=dtype)
+        ref, ref_grad = loss_of(logits.double(), False, False)
+        if not finite(ref, ref_grad):
+            continue
+        loss, grad = loss_of(logits, False, in_autocast)
+        if finite(loss, grad):
+            continue
+        fix_loss, fix_grad = loss_of(logits, True, in_autocast)
+        if finite(fix_loss, fix_grad):
+            found = m
+            break
+        if shared_from is None:
+            shared_from = m
+    m = found if found is not None else (shared_from or ladder[-1])
+    logits = (pattern * m).to(device=device, dtype=dtype)
+    loss, grad = loss_of(logits, False, in_autocast)
+    fix_loss, fix_grad = loss_of(logits, True, in_autocast)
+    ref, _ = loss_of(logits.double(), False, False)
+    fix_ok = finite(fix_loss, fix_grad)
+    rel = float(((fix_loss.double() - ref).abs() / ref.abs().clamp(min=1e-30)).max())
+    scenario.add("|logits|", m, m)
+    scenario.add("loss", _summary(loss), _summary(fix_loss), f"float64: {fmt_number(_summary(ref))}")
+    scenario.add("gradient finite", bool(torch.isfinite(grad).all()), bool(torch.isfinite(fix_grad).all()), "True")
+    original_fails = found is not None
+    fix_holds = fix_ok and rel < 1e-3 if found is not None else True
+    setting = f"{C.dtype_name(dtype)} logits" + (f" under autocast({C.dtype_name(dtype)})" if in_autocast else "")
+    w = _harness_witness(
+        f"loss {fmt_number(_summary(loss))} with {setting} of magnitude {fmt_number(m)} "
+        f"(float64: {fmt_number(_summary(ref))}); with logits.float() it is {fmt_number(_summary(fix_loss))} "
+        f"on {device}", device, dtype=C.dtype_name(dtype))
+    fw = _harness_witness(f"loss {fmt_number(_summary(fix_loss))} vs float64 {fmt_number(_summary(ref))} "
+                          "with logits.float()", device, which="fix")
+    not_text = (f"loss and gradient stayed finite for {setting} up to magnitude {fmt_number(ladder[-1])}"
+                + (" (autocast already computes cross_entropy in float32)" if in_autocast else ""))
+    if shared_from is not None:
+        not_text = (f"the loss is NaN/Inf in {setting} only from magnitude {fmt_number(shared_from)}, where "
+                    "float32 overflows too: logits.float() cannot help there")
+    return _verdict(original_fails, fix_holds, w, fw, scenario, device,
+                    f"the loss overflows {C.dtype_name(dtype)}; in float32 it holds", not_text)
+
+
+def cross_entropy_all_ignored(params: Mapping[str, Any], device: str) -> Verification:
+    ignore = params.get("ignore_index", -100)
+    ignore = int(ignore) if isinstance(ignore, (int, float)) and not isinstance(ignore, bool) else -100
+    scenario = Scenario(
+        "cross-entropy-all-ignored", dict(params),
+        original_code=f"loss = F.cross_entropy(logits, target, ignore_index={ignore})",
+        fixed_code=(f"loss = F.cross_entropy(logits, target, ignore_index={ignore}, reduction='sum')\n"
+                    f"loss = loss / (target != {ignore}).sum().clamp(min=1)"),
+    )
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(8, 10, generator=g).to(device).requires_grad_(True)
+    target = torch.full((8,), ignore, dtype=torch.int64, device=device)
+    loss = F.cross_entropy(logits, target, ignore_index=ignore)
+    grad = torch.autograd.grad(loss, logits)[0]
+    fix = F.cross_entropy(logits, target, ignore_index=ignore, reduction="sum") / (target != ignore).sum().clamp(min=1)
+    fix_grad = torch.autograd.grad(fix, logits)[0]
+    loss, fix = loss.detach(), fix.detach()
+    scenario.add("loss", loss, fix, "finite (0: nothing to learn)")
+    scenario.add("gradient finite", bool(torch.isfinite(grad).all()), bool(torch.isfinite(fix_grad).all()), "True")
+    original_fails = not (torch.isfinite(loss) and torch.isfinite(grad).all())
+    fix_holds = bool(torch.isfinite(fix) and torch.isfinite(fix_grad).all())
+    w = _harness_witness(f"loss {fmt_number(float(loss))} when every target is ignore_index={ignore} "
+                         f"(mean over zero elements, 0/0); the guarded mean gives {fmt_number(float(fix))} "
+                         f"on {device}", device)
+    fw = _harness_witness(f"guarded loss {fmt_number(float(fix))}", device, which="fix")
+    return _verdict(original_fails, fix_holds, w, fw, scenario, device,
+                    "a batch with every target ignored gives a NaN loss",
+                    "the loss stayed finite")
+
+
+def _summary(t: torch.Tensor) -> float:
+    """A loss tensor as one number: the value, or its worst element."""
+    t = t.detach().double().reshape(-1)
+    if t.numel() == 1:
+        return float(t[0])
+    bad = t[~torch.isfinite(t)]
+    return float(bad[0]) if bad.numel() else float(t.abs().max())
+
+
+class _Null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+HARNESSES: Dict[str, Callable[[Mapping[str, Any], str], Verification]] = {
+    "clip-after-step": clip_after_step,
+    "clip-without-unscale": clip_without_unscale,
+    "step-bypasses-scaler": step_bypasses_scaler,
+    "adam-eps-half": adam_eps_half,
+    "cross-entropy-half": cross_entropy_half,
+    "cross-entropy-all-ignored": cross_entropy_all_ignored,
+}
+
+
+def run_harness(name: Optional[str], params: Mapping[str, Any], device: str) -> Verification:
+    start = time.perf_counter()
+    fn = HARNESSES.get(name or "")
+    if fn is None:
+        return not_verifiable(f"no built-in harness named {name!r} (known: {', '.join(sorted(HARNESSES))})", device)
+    try:
+        with single_threaded():
+            result = fn(dict(params or {}), device)
+    except Exception as exc:  # noqa: BLE001 - a harness crash is reported, never fatal
+        result = not_verifiable(f"harness {name} raised {type(exc).__name__}: {exc}", device)
+    result.seconds = time.perf_counter() - start
+    return result

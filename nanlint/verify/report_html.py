@@ -1,0 +1,289 @@
+"""`--report FILE.html`: one self-contained page (inline CSS, plots as base64 PNG).
+
+Per finding: the code before and after the fix, the verdict with its witness, the verdict
+table (context x forward/gradient x original/fix) and, for expression probes, a plot of
+original, fix and float64 reference along a one-dimensional sweep through the failure, per
+dtype, with the NaN/Inf regions shaded. matplotlib is optional (nanlint[report]): without
+it the page says so and keeps everything else.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import textwrap
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import RULES_URL
+from .findings import source_lines
+from .report_text import counts, summary
+from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, VERDICTS
+from .verifier import Outcome, Verified
+
+_COLORS = {
+    CONFIRMED: "#1a7f37",
+    NOT_REPRODUCED: "#6e7781",
+    FIX_FAILED: "#cf222e",
+    NOT_VERIFIABLE: "#9a6700",
+}
+
+_CSS = """
+body{font:14px/1.5 -apple-system,BlinkMacSystemFont,"Segoe UI",Helvetica,Arial,sans-serif;margin:0;color:#1f2328;background:#f6f8fa}
+main{max-width:1180px;margin:0 auto;padding:24px}
+h1{font-size:24px;margin:0 0 4px} h2{font-size:17px;margin:0 0 6px;word-break:break-all}
+.meta{color:#57606a;margin-bottom:16px}
+.card{background:#fff;border:1px solid #d0d7de;border-radius:8px;padding:16px 20px;margin:16px 0}
+.badge{display:inline-block;color:#fff;border-radius:12px;padding:1px 10px;font-size:12px;font-weight:600;vertical-align:middle}
+.counts span{margin-right:14px}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}
+td.bad{background:#ffebe9;color:#82071e} td.ok{background:#dafbe1;color:#116329} td.na{color:#6e7781}
+pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;overflow-x:auto;margin:4px 0;font-size:12.5px}
+.code{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:12px}
+.code>div{min-width:0}
+.code h3{font-size:13px;margin:4px 0;color:#57606a}
+.witness{font-weight:600}
+.reason{color:#424a53}
+img.plot{max-width:100%;border:1px solid #d0d7de;border-radius:6px;margin-top:8px}
+.note{color:#57606a;font-size:13px}
+nav ol{padding-left:20px;margin:6px 0} nav li{margin:2px 0}
+details{margin-top:6px} summary{cursor:pointer;color:#0969da}
+"""
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _badge(verdict: str) -> str:
+    return f'<span class="badge" style="background:{_COLORS.get(verdict, "#6e7781")}">{_e(verdict)}</span>'
+
+
+def render_html(outcome: Outcome) -> str:
+    plots_available = _matplotlib() is not None
+    c = counts(outcome)
+    parts: List[str] = []
+    parts.append("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+                 f"<title>nanlint verify report</title><style>{_CSS}</style></head><body><main>")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts.append("<h1>nanlint verify report</h1>")
+    parts.append(f'<div class="meta">{_e(summary(outcome))}<br>device {_e(outcome.device)}, '
+                 f"torch {_e(outcome.torch_version)}, {_e(stamp)}</div>")
+    parts.append('<div class="card counts">' + "".join(
+        f"<span>{_badge(v)} {c[v]}</span>" for v in VERDICTS) + "</div>")
+    if not plots_available:
+        parts.append('<div class="card note">Plots are not included: matplotlib is not installed '
+                     "(pip install 'nanlint[report]').</div>")
+    if outcome.errors:
+        parts.append('<div class="card"><b>Errors</b><pre>' + _e("\n".join(outcome.errors)) + "</pre></div>")
+    parts.append('<div class="card"><nav><b>Findings</b><ol>')
+    for i, r in enumerate(outcome.results):
+        d = r.diagnostic
+        parts.append(f'<li><a href="#f{i}">{_e(d.path)}:{d.start.row}:{d.start.column} {_e(d.code)}</a> '
+                     f"{_badge(r.verification.verdict)}</li>")
+    parts.append("</ol></nav></div>")
+    for i, r in enumerate(outcome.results):
+        parts.append(_finding(i, r, plots_available))
+    if outcome.unprobed:
+        parts.append('<div class="card"><b>Findings without a probe (not verified)</b><ul>')
+        for d in outcome.unprobed:
+            parts.append(f"<li>{_e(d.path)}:{d.start.row}:{d.start.column} {_e(d.code)} {_e(d.message)}</li>")
+        parts.append("</ul></div>")
+    parts.append("</main></body></html>\n")
+    return "".join(parts)
+
+
+def _finding(i: int, r: Verified, plots: bool) -> str:
+    d, v = r.diagnostic, r.verification
+    out = [f'<section class="card" id="f{i}">']
+    out.append(f"<h2>{_e(d.path)}:{d.start.row}:{d.start.column} "
+               f'<a href="{_e(RULES_URL.format(code=d.code))}">{_e(d.code)}</a> {_e(d.name)} {_badge(v.verdict)}</h2>')
+    out.append(f"<div>{_e(d.message)}</div>")
+    if v.witness is not None:
+        out.append(f'<p class="witness">Original: {_e(v.witness.sentence())}</p>')
+    if v.fix_witness is not None:
+        out.append(f'<p class="witness">Fix: {_e(v.fix_witness.sentence())}</p>')
+    out.append(f'<p class="reason">{_e(v.reason)}</p>')
+    for note in v.notes:
+        out.append(f'<p class="note">Note: {_e(note)}</p>')
+    out.append(_code(d, v))
+    if v.harness is not None:
+        out.append(_harness_table(v.harness))
+    if v.contexts:
+        out.append(_context_table(v))
+    if v.sweep is not None:
+        out.append(_plot(v, plots))
+    if v.ranges:
+        out.append("<details><summary>Inputs tried</summary><ul>" + "".join(
+            f"<li>{_e(x)}</li>" for x in v.ranges) + f"</ul><div class=\"note\">{v.points} points per context, "
+            f"{v.seconds:.2f} s</div></details>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _code(d, v) -> str:
+    before = after = None
+    lines = source_lines(d)
+    if lines is not None:
+        before = textwrap.dedent(lines["before"])
+        after = textwrap.dedent(lines["after"]) if lines["after"] is not None else None
+    probe = d.probe
+    if v.harness is not None:
+        before_h, after_h = v.harness.get("original_code"), v.harness.get("fixed_code")
+        block = ['<div class="code"><div><h3>Before (as the harness runs it)</h3>'
+                 f"<pre>{_e(before_h)}</pre></div><div><h3>After</h3><pre>{_e(after_h)}</pre></div></div>"]
+        if before:
+            block.append(f"<h3 class=\"note\">Source</h3><pre>{_e(before.rstrip())}</pre>")
+        return "".join(block)
+    if before is None and probe is not None:
+        before = probe.original
+    if after is None and probe is not None:
+        after = probe.fixed
+    block = ['<div class="code">']
+    block.append(f"<div><h3>Before</h3><pre>{_e((before or '').rstrip())}</pre></div>")
+    block.append(f"<div><h3>After</h3><pre>{_e((after or '(no fix)').rstrip())}</pre></div>")
+    block.append("</div>")
+    if probe is not None and probe.kind == "expression":
+        block.append('<div class="note">Evaluated as: <code>' + _e(" ".join((probe.original or "").split()))
+                     + "</code> → <code>" + _e(" ".join((probe.fixed or "—").split())) + "</code></div>")
+    return "".join(block)
+
+
+def _cls(text: str) -> str:
+    if text == "error":
+        return "na"
+    return "bad" if text.startswith("NaN") or "inaccurate" in text else "ok"
+
+
+def _context_table(v) -> str:
+    rows = ["<table><tr><th>context</th><th>points</th><th>original forward</th><th>original gradient</th>"
+            "<th>fix forward</th><th>fix gradient</th><th>both fail</th></tr>"]
+    for c in v.contexts:
+        o, f = c.original, c.fix
+        cells = [o.cell("forward"), o.cell("gradient")]
+        cells += [f.cell("forward"), f.cell("gradient")] if f is not None else ["—", "—"]
+        tds = "".join(f'<td class="{_cls(x)}">{_e(x)}</td>' for x in cells)
+        errors = [x for x in (o.error, f.error if f else None) if x]
+        title = f' title="{_e("; ".join(errors))}"' if errors else ""
+        rows.append(f"<tr{title}><td>{_e(c.name)}</td><td>{c.points}</td>{tds}<td>{c.shared or ''}</td></tr>")
+    rows.append("</table>")
+    rows.append('<div class="note">Counts are points with NaN/Inf where the float64 reference is finite and '
+                "representable; p99 is the 99th percentile error in bits (log2 of floats between the "
+                "result and the reference) where the reference is reliable. “inaccurate”: three quarters "
+                "of the significand or more lost where the fix is accurate. “both fail”: points where "
+                "the fix fails too (not counted against it when the original was already non-finite).</div>")
+    return "".join(rows)
+
+
+def _harness_table(h: Dict[str, Any]) -> str:
+    rows = ["<table><tr><th>measure</th><th>original</th><th>fix</th><th>expected</th></tr>"]
+    for r in h.get("rows", []):
+        rows.append(f"<tr><td>{_e(r['metric'])}</td><td>{_e(r['original'])}</td><td>{_e(r['fix'])}</td>"
+                    f"<td>{_e(r['expected'])}</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def _matplotlib():
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    return Figure, FigureCanvasAgg
+
+
+def _runs(flags: List[bool]) -> List[Tuple[int, int]]:
+    out, start = [], None
+    for i, f in enumerate(flags + [False]):
+        if f and start is None:
+            start = i
+        elif not f and start is not None:
+            out.append((start, i - 1))
+            start = None
+    return out
+
+
+def _plot(v, plots: bool) -> str:
+    sweep = v.sweep
+    if isinstance(sweep, dict) and "error" in sweep:
+        return f'<div class="note">No plot: {_e(sweep["error"])}</div>'
+    if not plots:
+        return '<div class="note">Plot omitted: matplotlib is not installed.</div>'
+    png = plot_png(sweep)
+    if png is None:
+        return '<div class="note">No plot for this finding.</div>'
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<img class="plot" alt="original vs fix along a sweep through the failure" '
+            f'src="data:image/png;base64,{data}"><div class="note">Sweep: {_e(sweep["description"])}. '
+            "Shaded: NaN/Inf of the original (red) and of the fix (blue hatched).</div>")
+
+
+def plot_png(sweep: Optional[Dict[str, Any]]) -> Optional[bytes]:
+    mpl = _matplotlib()
+    if mpl is None or not sweep or not sweep.get("series"):
+        return None
+    Figure, FigureCanvasAgg = mpl
+    series = sweep["series"]
+    names = list(series)
+    t = sweep["t"]
+    fig = Figure(figsize=(4.2 * len(names), 6.2), dpi=90)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, len(names), squeeze=False)
+    for col, name in enumerate(names):
+        entry = series[name]
+        for row, (suffix, title) in enumerate((("", "output"), ("_grad", f"gradient w.r.t. {sweep['param']}"))):
+            ax = axes[row][col]
+            ax.set_title(f"{name}: {title}", fontsize=10)
+            plotted = False
+            for label, color, style, lw, z in (("reference", "#8c959f", "-", 4.0, 1), ("fix", "#0969da", "-", 2.0, 2),
+                                               ("original", "#cf222e", "--", 1.3, 3)):
+                ys = entry.get(label + suffix)
+                if ys is None:
+                    continue
+                finite = [y if math.isfinite(y) else float("nan") for y in ys]
+                ax.plot(t, finite, style, color=color, lw=lw, zorder=z, alpha=0.45 if label == "reference" else 0.95,
+                        label=("float64 reference" if label == "reference" else label))
+                plotted = True
+                if label in ("original", "fix"):
+                    bad = [not math.isfinite(y) for y in ys]
+                    for a, b in _runs(bad):
+                        lo, hi = t[a], t[b]
+                        if label == "original":
+                            ax.axvspan(min(lo, hi), max(lo, hi), color="#cf222e", alpha=0.15, lw=0)
+                        else:
+                            ax.axvspan(min(lo, hi), max(lo, hi), facecolor="none", edgecolor="#0969da",
+                                       hatch="///", alpha=0.5, lw=0)
+            if not plotted:
+                ax.text(0.5, 0.5, "not available", ha="center", va="center", transform=ax.transAxes)
+            if sweep.get("log_x"):
+                ax.set_xscale("symlog", linthresh=1e-3)
+            _y_scale(ax, [entry.get(k + suffix) for k in ("reference", "original", "fix")])
+            ax.set_xlabel(sweep["param"], fontsize=9)
+            ax.tick_params(labelsize=8)
+            ax.grid(alpha=0.3)
+            if row == 0 and col == 0:
+                ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _y_scale(ax, lists) -> None:
+    finite = [y for ys in lists if ys for y in ys if math.isfinite(y)]
+    vals = [abs(y) for y in finite if y != 0]
+    if vals and max(vals) / max(min(vals), 1e-300) > 1e6:
+        ax.set_yscale("symlog", linthresh=max(min(max(vals) * 1e-6, 1.0), 1e-12))
+        return
+    if finite:
+        lo, hi = min(finite), max(finite)
+        size = max(abs(lo), abs(hi))
+        if hi - lo < 1e-3 * size:  # a flat line: do not magnify rounding noise
+            pad = 0.05 * size or 1.0
+            ax.set_ylim(lo - pad, hi + pad)

@@ -1,0 +1,239 @@
+"""`nanlint verify` end to end: text and JSON output, --from round trip, selection, exit
+codes, errors, progress, and the HTML report."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nanlint.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+HAZARD = (
+    "import torch\n\n\n"
+    "class Binarize(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.k = 50\n\n"
+    "    def forward(self, x, y):\n"
+    "        return torch.reciprocal(1 + torch.exp(-self.k * (x - y)))\n\n\n"
+    "def lse(x):\n"
+    "    return torch.log(torch.exp(x).sum(-1))\n"
+)
+GUARDED = "import torch\n\n\ndef gate(z):\n    return torch.sigmoid(z)\n"
+
+
+def run(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / "model.py").write_text(HAZARD)
+    (tmp_path / "safe.py").write_text(GUARDED)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_text_output_one_line_per_finding_and_a_summary(project, capsys):
+    code, out, err = run(["verify", "model.py"], capsys)
+    assert code == 1
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("model.py:10:16: NAN101 confirmed: NaN gradient w.r.t. ")
+    assert "in float16 on cpu" in lines[0] and "self.k=50" in lines[0]
+    assert re.match(r"^Verified \d+ findings? on cpu \(torch .*\) in [\d.]+ s: \d+ confirmed, 0 not reproduced, 0 fix failed\.$",
+                    lines[-1]), lines[-1]
+    assert len(lines) == 1 + sum(1 for line in lines if re.match(r"^model\.py:\d+:\d+: NAN\d{3} ", line))
+
+
+def test_clean_code_exits_0(project, capsys):
+    code, out, _ = run(["verify", "safe.py"], capsys)
+    assert code == 0
+    assert "Verified 0 findings" in out
+
+
+def test_json_output_has_everything(project, capsys):
+    code, out, _ = run(["verify", "model.py", "--output-format", "json"], capsys)
+    assert code == 1
+    data = json.loads(out)
+    assert data["device"] == "cpu" and data["torch"]
+    assert data["summary"]["confirmed"] == len(data["findings"]) >= 1
+    first = data["findings"][0]
+    assert first["code"] == "NAN101" and first["probe"]["kind"] == "expression"
+    ver = first["verification"]
+    assert ver["verdict"] == "confirmed"
+    assert ver["witness"]["dtype"] == "float16" and ver["witness"]["where"] == "gradient"
+    assert ver["witness"]["inputs"]["self.k"] == 50.0
+    assert len(ver["contexts"]) == 7 and ver["ranges"]
+
+
+def test_from_json_round_trip_gives_the_same_verdicts(project, capsys):
+    code, findings, _ = run(["check", "model.py", "--output-format", "json"], capsys)
+    assert code == 1
+    (project / "findings.json").write_text(findings)
+    _, direct, _ = run(["verify", "model.py", "--output-format", "json"], capsys)
+    code, later, _ = run(["verify", "--from", "findings.json", "--output-format", "json"], capsys)
+    assert code == 1
+    a = [(f["location"]["row"], f["verification"]["verdict"], f["verification"]["witness"]["sentence"])
+         for f in json.loads(direct)["findings"]]
+    b = [(f["location"]["row"], f["verification"]["verdict"], f["verification"]["witness"]["sentence"])
+         for f in json.loads(later)["findings"]]
+    assert a == b
+    # The file linted on the CPU runner need not exist where it is verified.
+    (project / "model.py").unlink()
+    code, out, _ = run(["verify", "--from", "findings.json"], capsys)
+    assert code == 1 and "confirmed" in out
+
+
+def test_from_stdin(project, capsys, monkeypatch):
+    _, findings, _ = run(["check", "model.py", "--output-format", "json"], capsys)
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(findings))
+    code, out, _ = run(["verify", "--from", "-"], capsys)
+    assert code == 1 and "confirmed" in out
+
+
+def test_select_and_ignore(project, capsys):
+    _, out, _ = run(["verify", "model.py", "--ignore", "NAN101"], capsys)
+    assert "NAN101" not in out.split("Verified")[0]
+    code, out, _ = run(["verify", "model.py", "--select", "NAN101"], capsys)
+    codes = set(re.findall(r": (NAN\d{3}) ", out))
+    assert codes == {"NAN101"}
+    code, _, err = run(["verify", "model.py", "--select", "NAN999"], capsys)
+    assert code == 2 and "unknown rule selector" in err
+
+
+def test_exit_zero(project, capsys):
+    code, out, _ = run(["verify", "model.py", "--exit-zero"], capsys)
+    assert code == 0 and "confirmed" in out
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "not JSON"),
+        ('{"a": 1}', "expected the JSON list"),
+        ('[{"code": "NAN101"}]', "missing string `message`"),
+        ('[{"code": "NAN101", "message": "m", "filename": "f.py", "location": {"row": 1, "column": 1},'
+         ' "probe": {"kind": "expression", "inputs": [{"name": 3}]}}]', "string `name`"),
+    ],
+)
+def test_bad_findings_file_is_one_line_exit_2(project, capsys, content, message):
+    (project / "bad.json").write_text(content)
+    code, out, err = run(["verify", "--from", "bad.json"], capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and message in err
+    assert out == ""
+
+
+def test_usage_errors(project, capsys):
+    code, _, err = run(["verify", "model.py", "--from", "x.json"], capsys)
+    assert code == 2 and "not both" in err
+    code, _, err = run(["verify", "--from", "missing.json"], capsys)
+    assert code == 2 and "cannot read missing.json" in err
+
+
+def test_device_cuda_without_a_gpu(project, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code, _, err = run(["verify", "model.py", "--device", "cuda"], capsys)
+    assert code == 2 and "no CUDA device" in err
+
+
+def test_hostile_findings_file_never_runs_anything(project, capsys, tmp_path):
+    marker = tmp_path / "pwned"
+    findings = [{
+        "code": "NAN101", "name": "x", "message": "m", "filename": "model.py",
+        "location": {"row": 1, "column": 1}, "end_location": {"row": 1, "column": 2}, "fix": None,
+        "probe": {"kind": "expression", "original": f"__import__('os').system('touch {marker}')",
+                  "fixed": f"open('{marker}', 'w')", "inputs": [{"name": "x", "value": None, "domain": None}],
+                  "harness": None, "params": {}},
+    }, {
+        "code": "NAN101", "name": "x", "message": "m", "filename": "model.py",
+        "location": {"row": 2, "column": 1}, "end_location": {"row": 2, "column": 2}, "fix": None,
+        "probe": {"kind": "harness", "original": None, "fixed": None, "inputs": [],
+                  "harness": f"__import__('os').system('touch {marker}')", "params": {"optimizer": "os.system"}},
+    }]
+    (project / "evil.json").write_text(json.dumps(findings))
+    code, out, _ = run(["verify", "--from", "evil.json"], capsys)
+    assert code == 0
+    assert out.count("not-verifiable") == 2
+    assert not marker.exists()
+
+
+def test_progress_on_stderr_for_long_runs():
+    import io
+
+    from nanlint.diagnostics import Diagnostic, Position
+    from nanlint.verify.verifier import Progress
+
+    stream = io.StringIO()
+    p = Progress(10, stream=stream, every=0.0)
+    d = Diagnostic("a.py", Position(3, 1), Position(3, 2), "NAN101", "n", "m")
+    p.step(4, d)
+    assert stream.getvalue().startswith("nanlint verify: 4/10 findings verified")
+    quiet = io.StringIO()
+    Progress(10, stream=quiet, every=3600.0).step(4, d)
+    assert quiet.getvalue() == ""
+
+
+def test_report_html(project, capsys):
+    code, _, err = run(["verify", "model.py", "--report", "report.html"], capsys)
+    assert code == 1 and "Report written to report.html" in err
+    page = (project / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "http://" not in page.replace("http://www.w3.org", "") and "<script" not in page
+    # Per finding: code before and after, witness, the verdict table, a plot.
+    assert "torch.reciprocal(1 + torch.exp(-self.k * (x - y)))" in page
+    assert "torch.sigmoid(self.k * (x - y))" in page
+    assert "NaN gradient" in page
+    assert page.count("<th>original forward</th>") == page.count('class="plot"') >= 2
+    assert "float16 in autocast(float16)" in page
+    assert "data:image/png;base64," in page
+
+
+def test_report_without_matplotlib(project, capsys, monkeypatch):
+    from nanlint.verify import report_html
+
+    monkeypatch.setattr(report_html, "_matplotlib", lambda: None)
+    code, _, _ = run(["verify", "model.py", "--report", "report.html"], capsys)
+    page = (project / "report.html").read_text()
+    assert "matplotlib is not installed" in page
+    assert "data:image/png" not in page
+    assert "<th>original forward</th>" in page and "confirmed" in page
+
+
+def test_report_plot_marks_the_nan_region():
+    from nanlint.diagnostics import Probe, ProbeInput
+    from nanlint.verify.expression import verify_expression
+    from nanlint.verify.report_html import plot_png
+
+    v = verify_expression(Probe("expression", "1 / (1 + torch.exp(-z))", "torch.sigmoid(z)", (ProbeInput("z"),)),
+                          "cpu", want_sweep=True)
+    sweep = v.sweep
+    assert set(sweep["series"]) == {"float32", "float16", "bfloat16"}
+    grad16 = sweep["series"]["float16"]["original_grad"]
+    assert any(g != g for g in grad16)  # NaN gradients along the sweep in float16
+    assert all(g == g for g in sweep["series"]["float16"]["fix_grad"])
+    png = plot_png(sweep)
+    assert png is not None and png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_real_entry_point(project):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "nanlint", "verify", "model.py"], capture_output=True,
+                         text=True, cwd=project, env=env)
+    assert out.returncode == 1, out.stderr
+    assert "NAN101 confirmed" in out.stdout

@@ -1,0 +1,80 @@
+"""Statement-level findings: each built-in harness shows the failure in the original order or
+form and its absence after the fix, on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from nanlint.verify.harnesses import HARNESSES, run_harness
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        ("clip-after-step", {"clip": "norm", "max_norm": 1.0}),
+        ("clip-after-step", {"clip": "value", "max_norm": 0.5}),
+        ("clip-after-step", {"clip": "norm", "max_norm": None}),
+        ("clip-without-unscale", {"max_norm": 1.0}),
+        ("step-bypasses-scaler", {}),
+        ("adam-eps-half", {"optimizer": "Adam", "eps": 1e-8, "dtype": "float16"}),
+        ("adam-eps-half", {"optimizer": "AdamW", "eps": 1e-7, "dtype": "float16"}),
+        ("adam-eps-half", {"optimizer": "RAdam", "eps": 1e-8, "dtype": "float16"}),
+        ("adam-eps-half", {"optimizer": "Adamax", "eps": 1e-8, "dtype": "float16"}),
+        ("cross-entropy-half", {"label_smoothing": None, "reduction": "mean", "dtype": "float16", "in_autocast": False}),
+        ("cross-entropy-half", {"label_smoothing": 0.1, "reduction": "none", "dtype": "float16", "in_autocast": False}),
+        ("cross-entropy-half", {"label_smoothing": None, "reduction": "sum", "dtype": "float16", "in_autocast": False}),
+        ("cross-entropy-all-ignored", {"ignore_index": -100}),
+    ],
+)
+def test_harness_confirms(name, params):
+    v = run_harness(name, params, "cpu")
+    assert v.verdict == "confirmed", v.line()
+    assert v.witness is not None and v.witness.sentence()
+    assert v.harness["rows"] and v.harness["original_code"] != v.harness["fixed_code"]
+
+
+def test_clip_after_step_numbers():
+    v = run_harness("clip-after-step", {"clip": "norm", "max_norm": 1.0}, "cpu")
+    rows = {r["metric"]: r for r in v.harness["rows"]}
+    assert rows["update norm"]["fix"] <= 0.1 * 1.01
+    assert rows["update norm"]["original"] > 100 * rows["update norm"]["fix"]
+
+
+def test_clip_without_unscale_divides_the_limit_by_the_scale():
+    v = run_harness("clip-without-unscale", {"max_norm": 1.0}, "cpu")
+    rows = {r["metric"]: r for r in v.harness["rows"]}
+    original, fix = rows["update norm"]["original"], rows["update norm"]["fix"]
+    assert original * 1000 < fix  # the clip saw a gradient 65536 times too large
+
+
+def test_step_bypassing_the_scaler_applies_the_scaled_gradient():
+    v = run_harness("step-bypasses-scaler", {}, "cpu")
+    rows = {r["metric"]: r for r in v.harness["rows"]}
+    assert rows["update norm"]["original"] > 1000 * rows["update norm"]["fix"]
+    assert "No inf checks" in str(rows["scaler.update()"]["original"])
+
+
+@pytest.mark.parametrize(
+    "name, params",
+    [
+        # autocast already computes cross_entropy in float32 (NUMERICS.md).
+        ("cross-entropy-half", {"dtype": "float16", "in_autocast": True}),
+        # bfloat16 has float32's range: eps=1e-8 is not 0 and v does not underflow.
+        ("adam-eps-half", {"optimizer": "Adam", "eps": 1e-8, "dtype": "bfloat16"}),
+        ("cross-entropy-half", {"dtype": "bfloat16", "in_autocast": False}),
+    ],
+)
+def test_harness_does_not_confirm_what_does_not_fail(name, params):
+    v = run_harness(name, params, "cpu")
+    assert v.verdict == "not-reproduced", v.line()
+
+
+def test_unknown_harness_and_bad_params():
+    assert run_harness("no-such-scenario", {}, "cpu").verdict == "not-verifiable"
+    assert run_harness(None, {}, "cpu").verdict == "not-verifiable"
+    assert run_harness("adam-eps-half", {"optimizer": "os.system"}, "cpu").verdict == "not-verifiable"
+    # Garbage parameters fall back to defaults rather than crash.
+    v = run_harness("clip-after-step", {"clip": 3, "max_norm": "big"}, "cpu")
+    assert v.verdict == "confirmed"
+    assert set(HARNESSES) >= {"clip-after-step", "clip-without-unscale", "step-bypasses-scaler",
+                              "adam-eps-half", "cross-entropy-half"}
