@@ -50,6 +50,7 @@ def _plural(n: int, word: str) -> str:
 @click.option("--output-format", type=click.Choice(sorted(FORMATS)), default="text", show_default=True)
 @click.option("--statistics", is_flag=True, help="Show a count per rule instead of each finding.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
+@click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too (for pre-commit).")
 @click.option("--config", "config_path", metavar="PATH", help="Read settings from this TOML file instead of the nearest pyproject.toml.")
 def check(
     paths: Sequence[str],
@@ -62,11 +63,13 @@ def check(
     output_format: str,
     statistics: bool,
     exit_zero: bool,
+    force_exclude: bool,
     config_path: Optional[str],
 ) -> None:
     """Lint PATHS (default: the current directory)."""
     settings = load_settings(config_path)
     settings = apply_cli(settings, select, extend_select, ignore)
+    settings.force_exclude = settings.force_exclude or force_exclude
     result = run(paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
     diagnostics, internal_errors, fixed = result.diagnostics, result.errors, result.fixed
     for message in result.warnings:

@@ -23,6 +23,8 @@ KNOWN_KEYS = {
     "per-file-ignores",
     "exclude",
     "extend-exclude",
+    "force-exclude",
+    "respect-gitignore",
 }
 
 # Never descended into when walking a directory (a file named explicitly is still linted).
@@ -60,6 +62,10 @@ class Settings:
     per_file_ignores: Dict[str, List[str]] = field(default_factory=dict)
     exclude: List[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
     extend_exclude: List[str] = field(default_factory=list)
+    # Apply excludes to files named explicitly too (pre-commit passes every staged file).
+    force_exclude: bool = False
+    # Skip what git ignores when walking a directory (as ruff does).
+    respect_gitignore: bool = True
     # Directory that relative patterns in the config are relative to.
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None  # the file the settings came from
@@ -216,6 +222,11 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
         settings.exclude = _string_list(table["exclude"], "exclude", where)
     if "extend-exclude" in table:
         settings.extend_exclude = _string_list(table["extend-exclude"], "extend-exclude", where)
+    for key in ("force-exclude", "respect-gitignore"):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise ConfigError(f"{where}: `{key}` must be true or false")
+            setattr(settings, key.replace("-", "_"), table[key])
     if "per-file-ignores" in table:
         pfi = table["per-file-ignores"]
         if not isinstance(pfi, dict):

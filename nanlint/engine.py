@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 import traceback
@@ -35,9 +34,6 @@ class LintResult:
 def may_match(source: str) -> bool:
     """Every rule concerns torch code: a file that never says "torch" is skipped unparsed."""
     return "torch" in source
-
-
-_LIBCST_AT = re.compile(r"error at (\d+):(\d+)")
 
 
 def _python_syntax_error(source: str) -> Optional[Tuple[int, int, str]]:
@@ -286,34 +282,22 @@ def lint_source(
     if not rule_classes:
         # Nothing can fire: skip LibCST, but still report a file that does not parse
         # (Python's own parser is an order of magnitude faster).
-        try:
-            ast.parse(source)
-        except SyntaxError as exc:
-            return LintResult(
-                [syntax_error(path, source, exc.lineno or 1, exc.offset or 1, exc.msg)]
-            )
-        except (ValueError, RecursionError, MemoryError):
-            pass
-        return LintResult([])
+        found = _python_syntax_error(source)
+        return LintResult([syntax_error(path, source, *found)] if found else [])
     if _SKIP_FILE.search(source) and _skip_file_comment(source):
         return LintResult([])
     try:
         module = cst.parse_module(source)
     except Exception as exc:  # ParserSyntaxError, and RecursionError on absurd nesting
-        # Python's own parser words errors better ("'(' was never closed"); LibCST's
-        # message stands only where Python accepts the file and LibCST does not.
-        try:
-            ast.parse(source)
-        except SyntaxError as py_exc:
-            return LintResult(
-                [syntax_error(path, source, py_exc.lineno or 1, py_exc.offset or 1, py_exc.msg)]
-            )
-        except (ValueError, RecursionError, MemoryError):
-            pass
-        row = getattr(exc, "editor_line", None) or 1
-        col = getattr(exc, "editor_column", None) or 1
-        text = getattr(exc, "message", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
-        return LintResult([syntax_error(path, source, row, col, text)])
+        # Python's own parser words and places errors better ("'(' was never closed");
+        # LibCST's message stands only where Python accepts the file and LibCST does not.
+        found = _python_syntax_error(source)
+        if found is None:
+            row = getattr(exc, "editor_line", None) or 1
+            col = getattr(exc, "editor_column", None) or 1
+            text = getattr(exc, "message", None) or (str(exc).splitlines() or [type(exc).__name__])[0]
+            found = (row, col, text)
+        return LintResult([syntax_error(path, source, *found)])
     ctx = FileContext(path, source, module)
     ctx.precision = Precision(ctx)
     errors: List[str] = []

@@ -6,25 +6,32 @@ import codecs
 import io
 import os
 import stat
+import subprocess
 import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Sequence
+from typing import Iterator, List, Sequence, Set
 
 from .config import ConfigError, Settings
 
 
 def discover(paths: Sequence[str], settings: Settings) -> List[Path]:
     """Python files under `paths`, sorted, each once. A path named explicitly is linted even
-    when it matches an exclude; a directory walk skips excluded and default-skipped folders."""
+    when it matches an exclude (unless `force-exclude`); a directory walk skips excluded and
+    default-skipped folders, and what git ignores (unless `respect-gitignore = false`)."""
     found = []
     seen = set()
     for raw in paths:
         p = Path(raw)
         if not p.exists():
             raise ConfigError(f"path does not exist: {raw}")
-        candidates: Iterator[Path] = iter([p]) if p.is_file() else _walk(p, settings)
+        if p.is_file():
+            if settings.force_exclude and settings.excluded(p):
+                continue
+            candidates: Iterator[Path] = iter([p])
+        else:
+            candidates = _walk(p, settings)
         for f in candidates:
             key = os.path.normcase(os.path.abspath(f))
             if key not in seen:
@@ -35,14 +42,44 @@ def discover(paths: Sequence[str], settings: Settings) -> List[Path]:
 
 
 def _walk(root: Path, settings: Settings) -> Iterator[Path]:
+    ignored = _git_ignored(root) if settings.respect_gitignore else set()
     for directory, dirnames, filenames in os.walk(root):
         d = Path(directory)
-        dirnames[:] = sorted(n for n in dirnames if not settings.excluded(d / n))
+        dirnames[:] = sorted(
+            n
+            for n in dirnames
+            if not settings.excluded(d / n, below=root) and _key(d / n) not in ignored
+        )
         for name in sorted(filenames):
             if name.endswith((".py", ".pyi")):
                 f = d / name
-                if not settings.excluded(f):
+                if not settings.excluded(f, below=root) and _key(f) not in ignored:
                     yield f
+
+
+def _key(path: Path) -> str:
+    return os.path.normcase(os.path.abspath(path))
+
+
+def _git_ignored(root: Path) -> Set[str]:
+    """Files and folders under `root` that git ignores; empty outside a git work tree or
+    without git (one `git ls-files` per walked root)."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"],
+            cwd=root,
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if out.returncode != 0:
+        return set()
+    return {
+        _key(root / entry.rstrip("/"))
+        for entry in out.stdout.decode("utf-8", "surrogateescape").split("\0")
+        if entry
+    }
 
 
 @dataclass
@@ -69,7 +106,13 @@ def read_source(path: Path) -> SourceFile:
     try:
         # No newline translation: `\r\n` stays `\r\n`, so edits keep the file's line endings.
         text = data.decode(encoding)
-    except (UnicodeDecodeError, LookupError) as exc:
+    except UnicodeDecodeError as exc:
+        row = data.count(b"\n", 0, exc.start) + 1
+        raise SourceError(
+            f"cannot decode file as {encoding}: byte {data[exc.start]:#04x} on line {row} is "
+            f"not valid {encoding} ({exc.reason}); the file was not linted"
+        ) from exc
+    except LookupError as exc:
         raise SourceError(f"cannot decode file as {encoding}: {exc}") from exc
     return SourceFile(text, encoding)
 

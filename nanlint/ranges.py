@@ -41,7 +41,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import libcst as cst
 
 from .context import Binding, FileContext, dotted_name, node_code, strip_parens
-from .ops import number_value
+from .ops import number_value, split_args
 
 # At or below this, a literal rounds to 0 in float16 (half the smallest subnormal, 2**-24;
 # 2**-25 itself is a tie and rounds to even, 0). Measured: 2.98e-8 -> 0, 2.99e-8 -> 5.96e-8.
@@ -145,16 +145,10 @@ def _method(ctx: FileContext, node: cst.BaseExpression):
         return None
     if ctx.qualname(node.func.value) is not None:
         return None
-    positional: List[cst.BaseExpression] = []
-    keywords: Dict[str, cst.BaseExpression] = {}
-    for a in node.args:
-        if a.star:
-            return None
-        if a.keyword is not None:
-            keywords[a.keyword.value] = a.value
-        else:
-            positional.append(a.value)
-    return node.func.attr.value, node.func.value, positional, keywords
+    split = split_args(node.args)
+    if split is None:
+        return None
+    return node.func.attr.value, node.func.value, split[0], split[1]
 
 
 def _function(ctx: FileContext, node: cst.BaseExpression):
@@ -164,11 +158,10 @@ def _function(ctx: FileContext, node: cst.BaseExpression):
     full = ctx.qualname(node.func)
     if full is None:
         return None
-    positional = [a.value for a in node.args if a.keyword is None and not a.star]
-    keywords = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
-    if any(a.star for a in node.args):
+    split = split_args(node.args)
+    if split is None:
         return None
-    return full, positional, keywords
+    return full, split[0], split[1]
 
 
 def pass_through(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:

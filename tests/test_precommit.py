@@ -1,0 +1,145 @@
+"""The pre-commit hooks, end to end: a real git repository, a real `git commit`, and pre-commit
+installing nanlint from a snapshot of this checkout into its own virtualenv (with pip, from the
+package registry). The check hook blocks a commit that adds a hazard; the fixing hook rewrites
+it, and the commit then goes through.
+
+Slow (pre-commit builds the hook's environment once, about a minute)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HAZARD = """\
+import torch
+
+
+def gate(z):
+    return 1 / (1 + torch.exp(-z))
+"""
+
+FIXED = """\
+import torch
+
+
+def gate(z):
+    return torch.sigmoid(z)
+"""
+
+
+def _env(tmp: Path) -> dict:
+    config = tmp / "gitconfig"
+    config.write_text("")
+    env = dict(os.environ)
+    env.update(
+        PRE_COMMIT_HOME=str(tmp / "pre-commit-home"),
+        # A hermetic git: no user or system config (hooksPath, signing, templates).
+        GIT_CONFIG_GLOBAL=str(config),
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="nanlint test",
+        GIT_AUTHOR_EMAIL="test@example.invalid",
+        GIT_COMMITTER_NAME="nanlint test",
+        GIT_COMMITTER_EMAIL="test@example.invalid",
+    )
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
+    env.pop("GIT_INDEX_FILE", None)
+    return env
+
+
+def _run(args, cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=timeout,
+    )
+
+
+def _git(cwd: Path, env: dict, *args: str) -> str:
+    done = _run(["git", *args], cwd, env)
+    assert done.returncode == 0, f"git {' '.join(args)} failed:\n{done.stdout}"
+    return done.stdout
+
+
+def _snapshot_checkout(dest: Path, env: dict) -> str:
+    """Copy this checkout's working tree (uncommitted work included, ignored files such as
+    .venv left out) into a fresh repository and commit it: pre-commit wants a `rev`."""
+    dest.mkdir()
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+    )
+    if listed.returncode == 0 and listed.stdout:
+        names = [n for n in listed.stdout.decode("utf-8", "surrogateescape").split("\0") if n]
+        for name in names:
+            source = ROOT / name
+            if source.is_file():  # a tracked file deleted in the work tree is skipped
+                target = dest / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+    else:  # not a git checkout (an unpacked sdist): copy what matters
+        skip = shutil.ignore_patterns(
+            ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__",
+            ".pytest_cache", "corpus",
+        )
+        shutil.copytree(ROOT, dest, ignore=skip, dirs_exist_ok=True)
+    assert (dest / ".pre-commit-hooks.yaml").is_file()
+    _git(dest, env, "init", "-q")
+    _git(dest, env, "add", "-A")
+    _git(dest, env, "commit", "-q", "--no-verify", "-m", "snapshot of the nanlint checkout")
+    return _git(dest, env, "rev-parse", "HEAD").strip()
+
+
+def _config(repo: Path, rev: str, hook_ids) -> str:
+    hooks = "".join(f"      - id: {h}\n" for h in hook_ids)
+    return f"repos:\n  - repo: {repo.as_posix()}\n    rev: {rev}\n    hooks:\n{hooks}"
+
+
+def test_check_hook_blocks_and_fix_hook_repairs(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    env = _env(tmp_path)
+    hooks_repo = tmp_path / "nanlint-src"
+    rev = _snapshot_checkout(hooks_repo, env)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    _git(project, env, "init", "-q")
+    (project / ".pre-commit-config.yaml").write_text(_config(hooks_repo, rev, ["nanlint"]))
+    (project / "model.py").write_text(HAZARD)
+    (project / "notes.txt").write_text("not python: the hooks never see it\n")
+    installed = _run([sys.executable, "-m", "pre_commit", "install"], project, env)
+    assert installed.returncode == 0, installed.stdout
+
+    # 1. The check hook blocks the commit and names the rule.
+    _git(project, env, "add", "-A")
+    blocked = _run(["git", "commit", "-m", "add a gate"], project, env)
+    assert blocked.returncode != 0, blocked.stdout
+    assert "NAN101" in blocked.stdout, blocked.stdout
+    assert "model.py:5:12: NAN101" in blocked.stdout, blocked.stdout
+    assert _run(["git", "rev-parse", "--verify", "-q", "HEAD"], project, env).returncode != 0
+    assert (project / "model.py").read_text() == HAZARD  # the check hook writes nothing
+
+    # 2. With the fixing hook first, the commit attempt rewrites the file (pre-commit stops
+    #    that commit because a hook changed a file)...
+    (project / ".pre-commit-config.yaml").write_text(
+        _config(hooks_repo, rev, ["nanlint-fix", "nanlint"])
+    )
+    _git(project, env, "add", "-A")
+    rewritten = _run(["git", "commit", "-m", "add a gate"], project, env)
+    assert rewritten.returncode != 0, rewritten.stdout
+    assert "files were modified by this hook" in rewritten.stdout, rewritten.stdout
+    assert (project / "model.py").read_text() == FIXED
+
+    # 3. ...and once the rewrite is staged, the commit goes through with both hooks passing.
+    _git(project, env, "add", "model.py")
+    committed = _run(["git", "commit", "-m", "add a gate"], project, env)
+    assert committed.returncode == 0, committed.stdout
+    assert "Passed" in committed.stdout, committed.stdout
+    assert _git(project, env, "show", "HEAD:model.py") == FIXED
