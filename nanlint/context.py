@@ -21,7 +21,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .diagnostics import SAFE, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
-from .ops import Op, match_op, number_value
+from .ops import TENSOR_METHOD, Op, match_op, number_value
 
 _EMPTY_MODULE = cst.Module(body=[])
 
@@ -407,7 +407,9 @@ class FileContext:
         fixed: Optional[cst.BaseExpression],
         domains: Optional[Dict[str, Tuple[float, float]]] = None,
     ) -> Probe:
-        """A probe for `original` -> `fixed`, both already canonical (see `canonical`)."""
+        """A probe for `original` -> `fixed`, both already canonical (see `canonical`).
+        Calls to user code (`model(x)`) become free inputs: the verifier runs torch only."""
+        original, fixed = abstract_calls(original, fixed)
         inputs: List[ProbeInput] = []
         seen: Set[str] = set()
         for expr in (original, fixed):
@@ -515,6 +517,66 @@ def free_inputs(node: cst.BaseExpression) -> List[str]:
     return found
 
 
+_BUILTINS = {"float", "int", "abs", "min", "max", "len"}
+# Tensor methods a probe keeps (the verifier runs them); any other method call is user code.
+_TENSOR_METHODS = set(TENSOR_METHOD) | {
+    "clamp", "clip", "clamp_min", "clamp_max", "max", "min", "amax", "amin", "tril", "triu",
+    "bool", "long", "int", "float", "double", "half", "bfloat16", "to", "type", "masked_fill",
+    "logsumexp", "softmax", "log_softmax", "log2", "log10", "view", "reshape", "flatten",
+    "squeeze", "unsqueeze", "transpose", "permute", "contiguous", "detach", "clone", "t",
+    "expand", "expand_as", "view_as", "reshape_as", "gather", "index_select", "narrow",
+    "select", "flip", "roll", "size", "dim", "norm", "where",
+}
+
+
+class _Abstract(cst.CSTTransformer):
+    """Replace calls the verifier cannot run (`model(x)`, `self.net(x)`) by free names."""
+
+    def __init__(self, names: Dict[str, str], taken: Set[str]):
+        super().__init__()
+        self.names = names
+        self.taken = taken
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = updated.func
+        if isinstance(func, cst.Name):
+            opaque = func.value not in _BUILTINS
+            stem = func.value
+        elif isinstance(func, cst.Attribute):
+            chain = dotted_name(func)
+            opaque = (
+                chain is not None
+                and chain.split(".")[0] not in ("torch", "math")
+                and func.attr.value not in _TENSOR_METHODS
+            )
+            stem = func.attr.value
+        else:
+            return updated
+        if not opaque:
+            return updated
+        code = node_code(strip_parens(updated))
+        if code not in self.names:
+            name = f"{stem}_out"
+            i = 2
+            while name in self.taken:
+                name, i = f"{stem}_out{i}", i + 1
+            self.taken.add(name)
+            self.names[code] = name
+        return cst.Name(self.names[code])
+
+
+def abstract_calls(*exprs: Optional[cst.BaseExpression]) -> List[Optional[cst.BaseExpression]]:
+    """The canonical expressions with each call to user code (`model(x)`) replaced by a free
+    input (`model_out`), the same name for the same call in every expression: the verifier
+    runs only torch operations, and nothing is known about such a value anyway."""
+    taken: Set[str] = set()
+    for e in exprs:
+        if e is not None:
+            taken.update(free_inputs(e))
+    names: Dict[str, str] = {}
+    return [e.visit(_Abstract(names, taken)) if e is not None else None for e in exprs]
+
+
 def iter_calls(node: cst.CSTNode) -> Iterable[cst.Call]:
     """Every call inside `node` (depth first), for rules that scan a statement."""
     stack = [node]
@@ -536,5 +598,6 @@ __all__ = [
     "is_atom",
     "free_inputs",
     "iter_calls",
+    "abstract_calls",
     "number_value",
 ]

@@ -7,9 +7,9 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name, free_inputs, is_atom, node_code, parenthesize, strip_parens
+from ..context import FileContext, abstract_calls, dotted_name, free_inputs, is_atom, node_code, parenthesize, strip_parens
 from ..ops import TENSOR_METHOD, number_value
-from ..ranges import _PASS_METHODS, is_guarded, pass_through, positive_constant
+from ..ranges import is_guarded, pass_through, positive_constant
 from .base import SAFE, UNSAFE, Rule
 
 _WITH_LOGITS = "torch.nn.functional.binary_cross_entropy_with_logits"
@@ -257,61 +257,6 @@ def _arg_code(arg: cst.Arg) -> str:
 
 
 # --------------------------------------------------------------------------- probes
-
-_BUILTINS = {"float", "int", "abs", "min", "max", "len"}
-_TENSOR_METHODS = set(TENSOR_METHOD) | set(_PASS_METHODS) | {
-    "clamp", "clip", "clamp_min", "clamp_max", "max", "min", "amax", "amin", "tril", "triu",
-    "bool", "long", "int", "masked_fill", "logsumexp", "softmax", "log_softmax", "log2", "log10",
-}
-
-
-class _Abstract(cst.CSTTransformer):
-    """Replace calls the verifier cannot run (`model(x)`, `self.net(x)`) by free names."""
-
-    def __init__(self, names: Dict[str, str], taken: Set[str]):
-        super().__init__()
-        self.names = names
-        self.taken = taken
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        func = updated.func
-        if isinstance(func, cst.Name):
-            opaque = func.value not in _BUILTINS
-            stem = func.value
-        elif isinstance(func, cst.Attribute):
-            chain = dotted_name(func)
-            opaque = (
-                chain is not None
-                and chain.split(".")[0] not in ("torch", "math")
-                and func.attr.value not in _TENSOR_METHODS
-            )
-            stem = func.attr.value
-        else:
-            return updated
-        if not opaque:
-            return updated
-        code = node_code(strip_parens(updated))
-        if code not in self.names:
-            name = f"{stem}_out"
-            i = 2
-            while name in self.taken:
-                name, i = f"{stem}_out{i}", i + 1
-            self.taken.add(name)
-            self.names[code] = name
-        return cst.Name(self.names[code])
-
-
-def abstract_calls(*exprs: Optional[cst.BaseExpression]) -> List[Optional[cst.BaseExpression]]:
-    """The canonical expressions with each call to user code (`model(x)`) replaced by a free
-    input (`model_out`), the same name for the same call in every expression: the verifier
-    runs only torch operations, and nothing is known about such a value anyway."""
-    taken: Set[str] = set()
-    for e in exprs:
-        if e is not None:
-            taken.update(free_inputs(e))
-    names: Dict[str, str] = {}
-    return [e.visit(_Abstract(names, taken)) if e is not None else None for e in exprs]
-
 
 class _ReplaceEvery(cst.CSTTransformer):
     """Every subexpression whose code is `code` replaced by `by`."""
