@@ -1,11 +1,15 @@
 """Rule pages (ruff's shape): rendered from the rule classes into rules/CODE.md and shown by
-`nanlint rule CODE`; rules/README.md is the catalog. A test keeps the files in sync."""
+`nanlint rule CODE`; rules/README.md is the catalog. A test keeps the files in sync.
+
+"Where it fails (verified)" is the section the verifier measured on the rule's fixtures
+(`python -m nanlint.verify.calibrate`), read from the package data nanlint/verify/verified/CODE.md
+when it exists: this module only reads the file (it never imports torch)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Type
+from typing import List, Optional, Type
 
 from .rules import Rule, all_rules
 
@@ -15,6 +19,18 @@ def _fix_line(rule: Type[Rule]) -> str:
         return "Fix: none (the right change depends on intent; the page says what to do)."
     flag = "`--fix`" if rule.fix_applicability == "safe" else "`--fix --unsafe-fixes`"
     return f"Fix: {rule.fix_applicability}, applied with {flag}."
+
+
+def verified_section(code: str) -> Optional[str]:
+    """The calibrated section of rule `code` (package data), or None."""
+    try:
+        from importlib.resources import files
+    except ImportError:  # Python < 3.9
+        return None
+    resource = files("nanlint.verify").joinpath("verified").joinpath(f"{code}.md")
+    if not resource.is_file():
+        return None
+    return resource.read_text(encoding="utf-8")
 
 
 def render_page(rule: Type[Rule]) -> str:
@@ -30,6 +46,7 @@ def render_page(rule: Type[Rule]) -> str:
     sections = [
         ("Why is this bad?", rule.why),
         ("Where it fails (measured)", rule.measured),
+        ("Where it fails (verified)", verified_section(rule.code) or ""),
         ("Example", rule.example),
         ("Use instead", rule.use_instead),
         ("Fix safety", rule.fix_notes),

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Counter as CounterT, Dict, List, Tuple, Type
+from typing import Counter as CounterT, Dict, List, Tuple
 
-from nanlint.rules import Rule, all_rules
+from nanlint.verify.fixture_set import fixture_files as _fixture_files
+from nanlint.verify.fixture_set import rules_for_fixture  # noqa: F401 - used by the tests
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?:\s*,\s*NAN\d{3})*)")
@@ -16,7 +17,7 @@ _VERIFY = re.compile(r"#\s*verify:\s*(?P<verdicts>[a-z-]+(?:\s*,\s*[a-z-]+)*)")
 
 
 def fixture_files() -> List[Path]:
-    return sorted(FIXTURES.glob("NAN*.py"))
+    return _fixture_files(FIXTURES)
 
 
 def expected(source: str) -> CounterT[Tuple[int, str]]:
@@ -41,9 +42,3 @@ def expected_verdicts(source: str) -> Dict[int, List[str]]:
             assert all(v in _VERDICTS for v in verdicts), f"line {row}: unknown verdict in {verdicts}"
             found[row] = verdicts
     return found
-
-
-def rules_for_fixture(path: Path) -> List[Type[Rule]]:
-    """Every rule on by default, plus the fixture's own rule (which may be off by default)."""
-    own = path.name.split("_")[0]
-    return [r for r in all_rules() if r.default_enabled or r.code == own]

@@ -45,14 +45,21 @@ class Scenario:
     original_code: str
     fixed_code: str
     rows: List[Dict[str, Any]] = field(default_factory=list)  # metric, original, fix, expected
+    # Where it ran, as the expression contexts state it: device, dtype (of the parameters or
+    # logits), autocast (the dtype autocast runs in, or None).
+    setting: Dict[str, Any] = field(default_factory=dict)
 
     def add(self, metric: str, original: Any, fix: Any, expected: str = "") -> None:
         self.rows.append({"metric": metric, "original": _plain(original), "fix": _plain(fix),
                           "expected": expected})
 
+    def set(self, device: str, dtype: torch.dtype, autocast: Optional[torch.dtype] = None) -> None:
+        self.setting = {"device": device, "dtype": C.dtype_name(dtype),
+                        "autocast": C.dtype_name(autocast) if autocast is not None else None}
+
     def to_json(self) -> Dict[str, Any]:
         return {"name": self.name, "params": self.params, "original_code": self.original_code,
-                "fixed_code": self.fixed_code, "rows": self.rows}
+                "fixed_code": self.fixed_code, "rows": self.rows, "setting": self.setting}
 
 
 def _plain(v: Any) -> Any:
@@ -149,6 +156,7 @@ def clip_after_step(params: Mapping[str, Any], device: str) -> Verification:
         original_code=f"loss.backward()\noptimizer.step()\n{clip_call}",
         fixed_code=f"loss.backward()\n{clip_call}\noptimizer.step()",
     )
+    scenario.set(device, torch.float32)
     x, y = _data(device, 100.0)
 
     def train(clip_first: bool) -> Tuple[float, float]:
@@ -200,6 +208,7 @@ def clip_without_unscale(params: Mapping[str, Any], device: str) -> Verification
     )
     x, y = _data(device, 0.3)  # small enough that the scaled float16 gradient stays finite
     half = _half_for(device)
+    scenario.set(device, torch.float32, half)
 
     def train(unscale_first: bool) -> Tuple[float, float, float]:
         model = _model(device)
@@ -247,6 +256,7 @@ def step_bypasses_scaler(params: Mapping[str, Any], device: str) -> Verification
     )
     x, y = _data(device, 1.0)
     half = _half_for(device)
+    scenario.set(device, torch.float32, half)
 
     def train(through_scaler: bool) -> Tuple[float, float, Optional[str]]:
         model = _model(device)
@@ -313,6 +323,8 @@ def adam_eps_half(params: Mapping[str, Any], device: str) -> Verification:
                     f"optimizer = torch.optim.{name}(model.parameters(), lr={lr}, eps={eps:g})\n"
                     f"with torch.autocast(device_type, dtype=torch.{C.dtype_name(dtype)}):\n    loss = ..."),
     )
+
+    scenario.set(device, dtype)
 
     def train(param_dtype: torch.dtype, g: float) -> Tuple[float, float, int]:
         """(parameter after the steps, largest single-step move, first step with NaN/Inf)."""
@@ -397,6 +409,7 @@ def cross_entropy_half(params: Mapping[str, Any], device: str) -> Verification:
         original_code=f"{wrap}loss = F.cross_entropy(logits, target{kw})  # logits in {C.dtype_name(dtype)}",
         fixed_code=f"{wrap}loss = F.cross_entropy(logits.float(), target{kw})",
     )
+    scenario.set(device, dtype, dtype if in_autocast else None)
     classes, batch = 10, 8
     g = torch.Generator().manual_seed(2)
     pattern = torch.where(torch.rand(batch, classes, generator=g) < 0.5, 1.0, -1.0)
@@ -472,6 +485,7 @@ def cross_entropy_all_ignored(params: Mapping[str, Any], device: str) -> Verific
         fixed_code=(f"loss = F.cross_entropy(logits, target, ignore_index={ignore}, reduction='sum')\n"
                     f"loss = loss / (target != {ignore}).sum().clamp(min=1)"),
     )
+    scenario.set(device, torch.float32)
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(8, 10, generator=g).to(device).requires_grad_(True)
     target = torch.full((8,), ignore, dtype=torch.int64, device=device)
