@@ -25,7 +25,12 @@ KNOWN_KEYS = {
     "extend-exclude",
     "force-exclude",
     "respect-gitignore",
+    "precision",
 }
+# `precision = "fp16"`: the project runs in half precision (half-only hazards are reported
+# everywhere, not only where the file shows a half dtype).
+PRECISIONS = {"auto": None, "fp32": None, "fp16": "float16", "float16": "float16",
+              "bf16": "bfloat16", "bfloat16": "bfloat16"}
 
 # Never descended into when walking a directory (a file named explicitly is still linted).
 DEFAULT_EXCLUDE = [
@@ -66,6 +71,7 @@ class Settings:
     force_exclude: bool = False
     # Skip what git ignores when walking a directory (as ruff does).
     respect_gitignore: bool = True
+    precision: Optional[str] = None  # "float16" / "bfloat16" from `precision`, else None
     # Directory that relative patterns in the config are relative to.
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None  # the file the settings came from
@@ -227,6 +233,13 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")
             setattr(settings, key.replace("-", "_"), table[key])
+    if "precision" in table:
+        value = table["precision"]
+        if not isinstance(value, str) or value.lower() not in PRECISIONS:
+            raise ConfigError(
+                f"{where}: `precision` must be one of {', '.join(sorted(PRECISIONS))}"
+            )
+        settings.precision = PRECISIONS[value.lower()]
     if "per-file-ignores" in table:
         pfi = table["per-file-ignores"]
         if not isinstance(pfi, dict):

@@ -273,8 +273,11 @@ def lint_source(
     path: str,
     source: str,
     rule_classes: Sequence[Type[Rule]],
+    precision: Optional[str] = None,
 ) -> LintResult:
-    """Diagnostics for one file's text. Never raises for bad input."""
+    """Diagnostics for one file's text. Never raises for bad input. `precision` is the
+    config's `precision` ("float16"/"bfloat16": the code is known to run in half precision
+    even where the file does not show it; None: only what the file shows counts)."""
     if may_match(source):
         rule_classes = [r for r in rule_classes if r.may_fire(source)]
     else:
@@ -299,7 +302,7 @@ def lint_source(
             found = (row, col, text)
         return LintResult([syntax_error(path, source, *found)])
     ctx = FileContext(path, source, module)
-    ctx.precision = Precision(ctx)
+    ctx.precision = Precision(ctx, configured=precision)
     errors: List[str] = []
     rules = [cls() for cls in rule_classes]
     try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Sequence, Set, Tuple, Type
+from typing import Optional, List, Sequence, Set, Tuple, Type
 
 import libcst as cst
 
@@ -89,12 +89,13 @@ def fix_source(
     source: str,
     rule_classes: Sequence[Type[Rule]],
     unsafe: bool,
+    precision: Optional[str] = None,
 ) -> FixOutcome:
     """Lint, apply the fixes that do not conflict, re-lint, until a fixed point."""
     applied = 0
     dropped: List[Tuple[Diagnostic, str]] = []
     rejected: Set[Tuple[str, Tuple[Edit, ...]]] = set()
-    result = lint_source(path, source, rule_classes)
+    result = lint_source(path, source, rule_classes, precision)
     for _ in range(MAX_ROUNDS):
         candidates = [
             d
@@ -135,5 +136,5 @@ def fix_source(
             break
         applied += len(chosen)
         source = new_source
-        result = lint_source(path, source, rule_classes)
+        result = lint_source(path, source, rule_classes, precision)
     return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped)

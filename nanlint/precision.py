@@ -62,8 +62,11 @@ class AutocastRegion:
 
 
 class Precision:
-    def __init__(self, ctx) -> None:
+    def __init__(self, ctx, configured: Optional[str] = None) -> None:
         self.ctx = ctx
+        # `precision = "fp16"` in the config: the project trains in half precision, so
+        # half-only hazards are reported even where the file itself shows no half dtype.
+        self.configured = configured
         self.autocast: List[AutocastRegion] = []
         self._no_grad_depth = 0
         self._pushed: List[tuple] = []
@@ -135,6 +138,18 @@ class Precision:
             if arg.keyword is not None and arg.keyword.value == "enabled":
                 return isinstance(arg.value, cst.Name) and arg.value.value == "False"
         return False
+
+    def half_context(self, expr: Optional[cst.BaseExpression] = None) -> Optional[str]:
+        """The half dtype code here runs in, where evident: `expr`'s own dtype, an autocast
+        region, or the configured project precision. None: nothing shows half precision."""
+        if expr is not None:
+            dtype = self.half_dtype(expr)
+            if dtype:
+                return dtype
+        region = self.in_autocast
+        if region is not None and region.effective_dtype:
+            return region.effective_dtype
+        return self.configured
 
     @property
     def in_no_grad(self) -> bool:

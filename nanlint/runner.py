@@ -44,11 +44,11 @@ def run(
             continue
         file_rules = settings.rules_for(path, rules)
         if not (fix or diff):
-            result = lint_source(display, source.text, file_rules)
+            result = lint_source(display, source.text, file_rules, settings.precision)
             out.diagnostics.extend(result.diagnostics)
             out.errors.extend(result.errors)
             continue
-        outcome = fix_source(display, source.text, file_rules, unsafe_fixes)
+        outcome = fix_source(display, source.text, file_rules, unsafe_fixes, settings.precision)
         out.errors.extend(outcome.remaining.errors)
         for d, reason in outcome.dropped:
             out.warnings.append(

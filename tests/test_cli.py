@@ -1024,3 +1024,23 @@ def test_boolean_config_keys_are_checked(cli, tmp_path):
     result = cli("a.py")
     assert result.code == 2
     assert "force-exclude" in one_line_error(result)
+
+
+def test_precision_config_reports_half_only_hazards_everywhere(cli, tmp_path):
+    """`precision = "fp16"`: the project runs in half precision even where a file shows no
+    half dtype; an unknown value is a config error naming the key."""
+    write(tmp_path / "pyproject.toml", '[tool.nanlint]\nprecision = "fp16"\n')
+    write(tmp_path / "a.py", SHORT_HAZARD)
+    assert cli("a.py").code == 1
+    write(tmp_path / "pyproject.toml", '[tool.nanlint]\nprecision = "fp8"\n')
+    result = cli("a.py")
+    assert result.code == 2 and "precision" in one_line_error(result)
+
+
+def test_precision_config_reaches_the_rules(tmp_path):
+    from nanlint.config import load_settings
+
+    (tmp_path / "pyproject.toml").write_text('[tool.nanlint]\nprecision = "bf16"\n')
+    assert load_settings(start=tmp_path).precision == "bfloat16"
+    (tmp_path / "pyproject.toml").write_text('[tool.nanlint]\nprecision = "auto"\n')
+    assert load_settings(start=tmp_path).precision is None

@@ -620,6 +620,9 @@ class BCEOnSigmoid(Rule):
 `binary_cross_entropy_with_logits(z, y)` (`nn.BCEWithLogitsLoss`) works from the logits with
 the log-sum-exp trick: finite loss, gradient `sigmoid(z) - y`, safe under autocast (run in
 float32). It also takes `pos_weight`, which `binary_cross_entropy` does not have.
+
+Inside `torch.no_grad()` / `torch.inference_mode()` (validation losses) it is not reported:
+the hazards are the gradient's.
 """
     example = """\
 ```python
@@ -736,6 +739,8 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
 
     # ----------------------------------------------------------------- matching
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        if ctx.precision.in_no_grad:
+            return  # the hazards are the gradient's: saturation, NaN in float16
         kind = None
         ctor: Optional[cst.Call] = None
         if ctx.qualname(node.func) in _BCE_FUNCTIONAL:

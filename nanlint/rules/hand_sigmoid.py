@@ -68,6 +68,11 @@ next optimizer step.
 `torch.sigmoid` evaluates the same function without forming `exp(-z)` for large `|z|`; its
 gradient `s * (1 - s)` is finite everywhere.
 
+The form `exp(z) / (1 + exp(z))` is worse: for large `z` it is `inf / inf`, NaN in the
+forward pass too. Inside `torch.no_grad()` / `torch.inference_mode()` (or a function decorated
+with them) the reciprocal forms are not reported, since only their gradient fails; the
+`exp(z) / (1 + exp(z))` form still is.
+
 The DBNet differentiable binarization step `torch.reciprocal(1 + torch.exp(-k * (x - y)))`
 with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32 and yields NaN
 gradients as soon as it runs in float16.
@@ -140,6 +145,15 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
             return None
         return negate(ctx, argument), through_local
 
+    def _forward_hazard(self, node: cst.BaseExpression, ctx: FileContext) -> bool:
+        """`exp(z) / (1 + exp(z))` is inf / inf = NaN in the forward pass too; the
+        reciprocal forms only poison the gradient (their value rounds to 0 correctly)."""
+        op = ctx.op(node)
+        if op is None or op.name != "div":
+            return False
+        top = ctx.op(op.args[0])
+        return top is not None and top.name == "exp"
+
     def _denominator(self, node, ctx):
         argument = one_plus_exp(ctx, node)
         if argument is not None:
@@ -156,6 +170,9 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
         if match is None:
             return
         argument, through_local = match
+        forward_hazard = self._forward_hazard(node, ctx)
+        if ctx.precision.in_no_grad and not forward_hazard:
+            return  # only the gradient turns NaN, and there is none here
         sigmoid, imports = ctx.spell("torch.sigmoid")
         # The node's span excludes its own parentheses: they stay in the file.
         replacement = f"{sigmoid}({node_code(strip_parens(argument))})"
