@@ -1,0 +1,778 @@
+"""NAN109-NAN111: norms, normalization and angles written by hand.
+
+`sqrt(sum(x ** 2))` has an infinite derivative where the vector is 0, `x / x.norm(...)` is
+0/0 at the zero vector, and `acos` of a cosine similarity is NaN once rounding pushes the
+cosine past 1 (and has an infinite derivative at exactly ±1).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, NamedTuple, Optional, Tuple
+
+import libcst as cst
+
+from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
+from ..ops import Op, number_value, split_args
+from ..ranges import is_guarded, pass_through
+from .base import SAFE, UNSAFE, Rule
+from .log_domain import _atom_src, _edit, _follow, _key, _src
+from .log_eps import handled_afterwards
+
+Env = Optional[Dict]
+
+# Ops the shared tables do not know, matched here only.
+_EXTRA_FUNCTIONS = {
+    "torch.norm": "norm",
+    "torch.linalg.norm": "linalg_norm",
+    "torch.linalg.vector_norm": "vector_norm",
+    "torch.acos": "acos",
+    "torch.arccos": "acos",
+    "torch.asin": "asin",
+    "torch.arcsin": "asin",
+    "torch.nn.functional.cosine_similarity": "cosine_similarity",
+    "torch.cosine_similarity": "cosine_similarity",
+    "torch.nn.functional.normalize": "normalize",
+    "torch.matmul": "matmul",
+    "torch.mm": "matmul",
+    "torch.bmm": "matmul",
+}
+# Method name -> (op, allowed positional counts).
+_EXTRA_METHODS = {
+    "norm": ("norm", (0, 1, 2, 3)),
+    "acos": ("acos", (0,)),
+    "arccos": ("acos", (0,)),
+    "asin": ("asin", (0,)),
+    "arcsin": ("asin", (0,)),
+    "matmul": ("matmul", (1,)),
+    "mm": ("matmul", (1,)),
+    "bmm": ("matmul", (1,)),
+}
+
+
+def op_of(ctx: FileContext, node: Optional[cst.CSTNode]) -> Optional[Op]:
+    """`ctx.op`, plus the norm, angle and matmul ops this module needs (`a @ b` is matmul)."""
+    if node is None:
+        return None
+    node = strip_parens(node)
+    op = ctx.op(node)
+    if op is not None:
+        return op
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
+        return Op("matmul", [node.left, node.right], {}, node, "operator")
+    if not isinstance(node, cst.Call):
+        return None
+    split = split_args(node.args)
+    if split is None:
+        return None
+    positional, keywords = split
+    qualname = ctx.qualname(node.func)
+    if qualname is not None:
+        if qualname.startswith("torch.Tensor."):
+            method = _EXTRA_METHODS.get(qualname[len("torch.Tensor."):])
+            if method is None or not positional:
+                return None
+            return Op(method[0], positional, keywords, node, "function", node.func)
+        name = _EXTRA_FUNCTIONS.get(qualname)
+        if name is None:
+            return None
+        if not positional and "input" in keywords:
+            positional = [keywords.pop("input")]
+        return Op(name, positional, keywords, node, "function", node.func)
+    if isinstance(node.func, cst.Attribute):
+        method = _EXTRA_METHODS.get(node.func.attr.value)
+        if method is None or len(positional) not in method[1]:
+            return None
+        if ctx.qualname(node.func.value) is not None:
+            return None
+        return Op(method[0], [node.func.value] + positional, keywords, node, "method", node.func)
+    return None
+
+
+class Found(NamedTuple):
+    op: Op
+    env: Env
+    via_local: bool
+
+
+def _find(ctx: FileContext, node, names, env: Env = None, via_local: bool = False) -> Optional[Found]:
+    if node is None:
+        return None
+    value, env, via_local = _follow(ctx, strip_parens(node), env, via_local)
+    op = op_of(ctx, value)
+    if op is None or op.name not in names:
+        return None
+    return Found(op, env, via_local)
+
+
+def _is_true(node: Optional[cst.BaseExpression]) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+def _canon(ctx: FileContext, node: cst.BaseExpression, env: Env = None) -> str:
+    text = node_code(ctx.canonical(strip_parens(node), env))
+    if isinstance(strip_parens(node), cst.Tuple) and not text.startswith("("):
+        text = f"({text})"
+    return text
+
+
+def _mutated_later(ctx: FileContext, name: str) -> bool:
+    """True where the enclosing function changes `name` in place (`n[n == 0] = 1`,
+    `n.clamp_(min=eps)`, `n += eps`): a guard that value-following does not see."""
+    function = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+    if function is None:
+        return False
+    text = node_code(function)
+    n = re.escape(name)
+    patterns = (
+        rf"\b{n}\s*\[[^\n]*\]\s*=(?!=)",
+        rf"\b{n}\.\w+_\(",
+        rf"\b{n}\s*(\+|-|\*|/|\|)=",
+        rf"\b{n}\s*=\s*[^\n]*\b(clamp|clip|maximum|where|max)\b",
+    )
+    return any(re.search(p, text) for p in patterns)
+
+
+# ---------------------------------------------------------------------- NAN109
+
+
+def _squared(ctx: FileContext, node: cst.BaseExpression, env: Env) -> Optional[Tuple[cst.BaseExpression, Env]]:
+    """X where `node` is `X ** 2`, `X.pow(2)`, `torch.square(X)` or `X * X`."""
+    node, env, _ = _follow(ctx, strip_parens(node), env, False)
+    op = ctx.op(node)
+    if op is None:
+        return None
+    if op.name == "pow" and len(op.args) == 2 and not op.kwargs and number_value(strip_parens(op.args[1])) == 2.0:
+        return op.args[0], env
+    if op.name == "square" and len(op.args) == 1 and not op.kwargs:
+        return op.args[0], env
+    if op.name == "mul" and len(op.args) == 2 and not op.kwargs:
+        if _key(ctx, op.args[0], env) == _key(ctx, op.args[1], env):
+            return op.args[0], env
+    return None
+
+
+def _sum_dims(op: Op) -> Optional[Tuple[Optional[cst.BaseExpression], Optional[cst.BaseExpression]]]:
+    if set(op.kwargs) - {"dim", "axis", "keepdim"} or len(op.args) > 3:
+        return None
+    dim = op.args[1] if len(op.args) > 1 else op.kwargs.get("dim", op.kwargs.get("axis"))
+    keepdim = op.args[2] if len(op.args) > 2 else op.kwargs.get("keepdim")
+    return dim, keepdim
+
+
+def _has_free_input(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
+    return bool(free_inputs(ctx.canonical(strip_parens(node), env)))
+
+
+_DETACHED = re.compile(r"\.(grad|data)\b|\.detach\(\)")
+
+
+def _without_gradient(ctx: FileContext, node: cst.BaseExpression, x: cst.BaseExpression, env: Env) -> bool:
+    """True where no gradient can flow through the norm: its input reads `.grad`, `.data` or
+    `.detach()` (gradient-norm bookkeeping), or the result is turned into a Python number
+    right away (`.item()`, `.tolist()`)."""
+    if _DETACHED.search(node_code(ctx.canonical(strip_parens(x), env))):
+        return True
+    stack = ctx.stack
+    for i in range(len(stack) - 1, 0, -1):
+        if stack[i] is node:
+            parent = stack[i - 1]
+            return isinstance(parent, cst.Attribute) and parent.attr.value in ("item", "tolist")
+    return False
+
+
+class SqrtOfSumOfSquares(Rule):
+    code = "NAN109"
+    name = "sqrt-of-sum-of-squares"
+    message = (
+        "Euclidean norm written as `sqrt(sum(x ** 2))`: the derivative of sqrt at 0 is inf, so "
+        "the gradient is NaN wherever the vector (or the difference, for a distance) is exactly "
+        "0; use `torch.linalg.vector_norm`, whose gradient there is 0"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace with `torch.linalg.vector_norm`"
+    default_enabled = False
+    triggers = r"sqrt|\*\*\s*0?\.5|pow\(\s*0?\.5"
+    summary = "`sqrt((x ** 2).sum(d))`: NaN gradient at the zero vector (a point's distance to itself)."
+    why = """\
+`sqrt(s)` has the derivative `1 / (2 * sqrt(s))`, which is `inf` at `s = 0`. For the norm
+`sqrt(sum(x ** 2))` the chain rule multiplies that `inf` by the derivative of the sum of
+squares, `2 * x`, which is 0 at the zero vector: `inf * 0 = NaN`, and the NaN reaches every
+parameter upstream. The zero vector is not exotic: a pairwise distance matrix
+`sqrt(((a[:, None] - a[None]) ** 2).sum(-1))` has an exact 0 on its diagonal (each point's
+distance to itself), duplicated points, zero padding and dead (all-zero) features give it
+too. The forward value is a correct 0, so nothing looks wrong until the weights are NaN.
+In float16 the spelled-out form has a second failure: the squares overflow once an entry
+exceeds 255.9 (`200 ** 2 * 4` is past 65504), so four entries of 200 give `inf` where the
+norm is 400.
+
+`torch.linalg.vector_norm(x, dim=d)` computes the same value and defines its gradient at the
+zero vector as 0 (the subgradient), so the NaN never appears. It is the same function in real
+arithmetic, with the same `dim` and `keepdim`.
+
+A clamp after the square root does not help: `(x ** 2).sum(-1).sqrt().clamp_min(eps)` still
+has a NaN gradient at the zero vector (the clamp passes a gradient of 0, and sqrt's backward
+computes 0 / 0). The clamp or epsilon has to go inside the root.
+
+Not reported: guarded forms (`sqrt(s + eps)`, `sqrt(s.clamp(min=eps))`, `(a - b + eps) ** 2`,
+whose gradient is finite), code inside `torch.no_grad()` / `torch.inference_mode()`, norms of
+`.grad`, `.data` or `.detach()` values, and results turned into numbers at once (`.item()`),
+since the hazard is in the gradient only, and sums of constants.
+
+Off by default (enable it with `--select NAN109` or `extend-select`): most sums of squares
+under a square root in real code are never differentiated (kmeans convergence tests, box
+matching, detector post-processing, metrics), and a linter cannot see whether a function is
+on a backward path. On the corpus of eight PyTorch libraries and research repositories it
+reported 16 places, of which 4 are on a training path (a perceptual loss, a CLIP embedding
+norm, a root-sum-of-squares in MRI reconstruction, pairwise distances in a structure module).
+Turn it on for model and loss code, where every finding is a real gradient hazard.
+"""
+    example = """\
+```python
+import torch
+
+def pairwise_distances(points):
+    diff = points[:, None, :] - points[None, :, :]
+    return torch.sqrt((diff ** 2).sum(dim=-1))
+
+def lengths(x):
+    return x.pow(2).sum(-1, keepdim=True).sqrt()
+```"""
+    use_instead = """\
+```python
+import torch
+
+def pairwise_distances(points):
+    diff = points[:, None, :] - points[None, :, :]
+    return torch.linalg.vector_norm(diff, dim=-1)
+
+def lengths(x):
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+```"""
+    measured = """\
+torch 2.13 on the CPU; gradient of the output's sum.
+
+| expression | input | dtype | value | gradient | `vector_norm` gradient |
+|---|---|---|---|---|---|
+| `torch.sqrt((x ** 2).sum(-1))` | x = [0, 0, 0] | float32, float16, bfloat16 | 0 | [NaN, NaN, NaN] | [0, 0, 0] |
+| `torch.sqrt(((a[:, None] - a[None]) ** 2).sum(-1))` | a: 4 random points in 3-D | float32, float16, bfloat16 | diagonal 0 | all 12 entries of `a.grad` NaN | no NaN |
+| `torch.sqrt((x ** 2).sum(-1) + 1e-8)` | x = [0, 0, 0] | float32, bfloat16 | 1e-4 | [0, 0, 0] | |
+| `torch.sqrt((x ** 2).sum(-1) + 1e-8)` | x = [0, 0, 0] | float16 | 0 (1e-8 rounds to 0) | [NaN, NaN, NaN] | |
+| `torch.sqrt((x ** 2).sum())` | x = [200, 200, 200, 200] | float16 | inf (true 400) | | `vector_norm`: 400 |
+| `(x ** 2).sum(-1, keepdim=True).sqrt().clamp_min(1e-8)` | x = [0, 0, 0] | float32 | 1e-8 | [NaN, NaN, NaN] | |
+"""
+    fix_notes = """\
+Safe: `torch.linalg.vector_norm(x, dim=d, keepdim=k)` is the 2-norm, equal to
+`sqrt(sum(x ** 2, d))` in real arithmetic; only rounding changes (vector_norm also scales to
+avoid overflow of the squares). The `dim` and `keepdim` of the sum are kept as written; a sum
+over all elements becomes `vector_norm(x)`. The fix is offered where the whole expression is
+written in one place; where the sum is held in a local variable (it may be used elsewhere),
+the finding comes without a fix. Sums with `dtype=` are reported without a fix. An epsilon
+guard written as a literal below 2.98e-8 (`+ 1e-8`) is 0 in float16 and does not prevent the
+NaN there (see the table); this rule stays silent on it, as on any guard."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.linalg.vector_norm.html",
+        "https://github.com/pytorch/pytorch/issues/2421",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        op = ctx.op(node)
+        if op is None or op.kwargs:
+            return
+        if op.name == "sqrt" and len(op.args) == 1:
+            inner = op.args[0]
+        elif op.name == "pow" and len(op.args) == 2 and number_value(strip_parens(op.args[1])) == 0.5:
+            inner = op.args[0]
+        else:
+            return
+        if ctx.precision is not None and ctx.precision.in_no_grad:
+            return
+        total = _find(ctx, inner, ("sum",))
+        if total is None or not total.op.args:
+            return
+        squared = _squared(ctx, total.op.args[0], total.env)
+        if squared is None:
+            return
+        x, x_env = squared
+        if not _has_free_input(ctx, x, x_env) or _without_gradient(ctx, node, x, x_env):
+            return
+        if is_guarded(ctx, x, x_env):  # `(x - y + eps) ** 2`: the vector never reaches 0
+            return
+        dims = _sum_dims(total.op)
+        edits = ()
+        fixed = None
+        if dims is not None:
+            dim, keepdim = dims
+            canonical = [_canon(ctx, x, x_env)]
+            written = [_src(ctx, x)]
+            if dim is not None:
+                canonical.append(f"dim={_canon(ctx, dim, total.env)}")
+                written.append(f"dim={_src(ctx, dim)}")
+            if keepdim is not None:
+                canonical.append(f"keepdim={_canon(ctx, keepdim, total.env)}")
+                written.append(f"keepdim={_src(ctx, keepdim)}")
+            fixed = cst.parse_expression(f"torch.linalg.vector_norm({', '.join(canonical)})")
+            if not total.via_local and not self._squares_via_local(ctx, total.op.args[0]):
+                spelled, imports = ctx.spell("torch.linalg.vector_norm")
+                edits = (_edit(ctx, node, f"{spelled}({', '.join(written)})"),) + imports
+        ctx.report(self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed))
+
+    @staticmethod
+    def _squares_via_local(ctx: FileContext, node: cst.BaseExpression) -> bool:
+        """The squared term is a local name (`sq = x ** 2; sq.sum().sqrt()`)."""
+        return isinstance(strip_parens(node), cst.Name) and ctx.value_of(strip_parens(node)) is not strip_parens(node)
+
+
+# ---------------------------------------------------------------------- NAN110
+
+
+def _two_norm(ctx: FileContext, op: Op) -> bool:
+    """True where a norm call computes the 2-norm of vectors (p / ord absent or 2)."""
+    if op.name == "norm":
+        p = op.args[1] if len(op.args) > 1 else op.kwargs.get("p")
+    elif op.name == "linalg_norm":
+        p = op.args[1] if len(op.args) > 1 else op.kwargs.get("ord")
+    else:  # vector_norm
+        p = op.args[1] if len(op.args) > 1 else op.kwargs.get("ord")
+    if p is None:
+        return True
+    p = strip_parens(p)
+    if number_value(p) == 2.0:
+        return True
+    return isinstance(p, cst.SimpleString) and p.evaluated_value == "fro" and op.name == "norm"
+
+
+def _norm_dims(op: Op) -> Tuple[Optional[cst.BaseExpression], Optional[cst.BaseExpression], bool]:
+    """(dim, keepdim, known) of a norm call; known is False for arguments not understood."""
+    allowed = {"p", "ord", "dim", "keepdim"}
+    if set(op.kwargs) - allowed or len(op.args) > 4:
+        return None, None, False
+    dim = op.args[2] if len(op.args) > 2 else op.kwargs.get("dim")
+    keepdim = op.args[3] if len(op.args) > 3 else op.kwargs.get("keepdim")
+    return dim, keepdim, True
+
+
+_NONZERO_TEST = re.compile(r"(!=|>)\s*0(\.0*)?\b|\.(any|all)\(|\bnonzero\b")
+
+
+def _inside_zero_test(ctx: FileContext, node: cst.BaseExpression, denominator: cst.BaseExpression) -> bool:
+    """`torch.where(n != 0, x / n, 0)`: the division sits in a `where` whose condition tests
+    the norm (or anything) against 0; its NaN entries are not selected."""
+    for parent in reversed(ctx.stack):
+        if isinstance(parent, cst.Call):
+            name = ctx.qualname(parent.func) or ""
+            if name.endswith(".where") or (isinstance(parent.func, cst.Name) and parent.func.value == "where"):
+                if parent.args and _NONZERO_TEST.search(node_code(parent.args[0].value)):
+                    return True
+        if isinstance(parent, (cst.FunctionDef, cst.SimpleStatementLine)):
+            return False
+    return False
+
+
+_STACKS = {"torch.stack", "torch.cat", "torch.concat", "torch.concatenate"}
+_ONES = {"torch.ones_like", "torch.ones", "torch.full_like"}
+
+
+def _nonzero_by_construction(ctx: FileContext, numerator: cst.BaseExpression) -> bool:
+    """The vectors cannot be 0: rows selected by a test against 0 (`f[f.sum(1) != 0]`), or
+    stacked with a component of ones (`torch.stack([u, torch.ones_like(u)])`)."""
+    value, env = ctx.resolve(strip_parens(numerator), None)
+    value = strip_parens(value)
+    if isinstance(value, cst.Subscript) and _NONZERO_TEST.search(node_code(value.slice[0]) if value.slice else ""):
+        return True
+    if isinstance(value, cst.Call) and ctx.qualname(value.func) in _STACKS and value.args:
+        parts = strip_parens(value.args[0].value)
+        if isinstance(parts, (cst.List, cst.Tuple)):
+            for element in parts.elements:
+                inner = strip_parens(element.value)
+                if isinstance(inner, cst.Call) and ctx.qualname(inner.func) in _ONES:
+                    return True
+    return False
+
+
+class NormalizeByHand(Rule):
+    code = "NAN110"
+    name = "normalize-by-hand"
+    message = (
+        "Vector normalized by hand with `x / x.norm(...)`: at the zero vector this is 0/0 = NaN "
+        "in the output and the gradient; use `F.normalize(x, dim=...)`, which divides by "
+        "max(norm, eps) (in float16 its eps=1e-12 is 0: normalize in float32 there)"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Replace with `F.normalize`"
+    triggers = r"norm"
+    summary = "`x / x.norm(dim=d, keepdim=True)`: 0/0 = NaN at the zero vector."
+    why = """\
+Dividing a vector by its own 2-norm is 0/0 when the vector is exactly 0: every entry of the
+result is NaN, and so is the gradient of everything it feeds. All-zero vectors occur in
+real data: zero padding, masked tokens, a feature map after ReLU that is dead for one
+sample, an embedding row that was never trained, the difference of two equal points.
+
+`torch.nn.functional.normalize(x, dim=d)` divides by `max(norm, eps)` with `eps=1e-12`: the
+zero vector maps to the zero vector and the gradient stays finite (1e12 per entry in float32).
+Elsewhere it is the same computation, except for vectors whose norm is below `eps`, which it
+scales by `1/eps` instead of normalizing.
+
+In float16 `eps=1e-12` rounds to 0 (every number below 2.98e-8 does), so `F.normalize` of a
+float16 zero vector is 0/0 = NaN just like the hand-written form (measured below). For float16
+tensors normalize in float32 (`F.normalize(x.float(), dim=-1).to(x.dtype)`) or pass an
+epsilon that float16 can hold (`eps=torch.finfo(x.dtype).tiny`, 6.1e-5). bfloat16 has
+float32's range and is safe with the default eps.
+
+Not reported: guarded divisions (`x / (x.norm(...) + eps)`, `x.norm(...).clamp(min=eps)`,
+`torch.maximum(n, eps)`, a norm variable changed in place as in `n[n == 0] = 1`), results
+checked with `isfinite`/`nan_to_num` right after, and whole-tensor normalization
+`x / x.norm()` with no `dim`. This is a forward hazard, so it is reported inside
+`torch.no_grad()` too.
+"""
+    example = """\
+```python
+import torch
+
+def unit_rows(embeddings):
+    return embeddings / embeddings.norm(dim=-1, keepdim=True)
+
+def unit_directions(v):
+    return v / torch.linalg.norm(v, dim=1, keepdim=True)
+```"""
+    use_instead = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def unit_rows(embeddings):
+    return F.normalize(embeddings, dim=-1)
+
+def unit_directions(v):
+    return F.normalize(v, dim=1)
+```
+
+For float16 inputs: `F.normalize(embeddings.float(), dim=-1).to(embeddings.dtype)`.
+"""
+    measured = """\
+torch 2.13 on the CPU; `x` is two rows of three zeros, normalized along the last dimension;
+gradient of the output's sum.
+
+| dtype | `x / x.norm(dim=-1, keepdim=True)` | gradient | `F.normalize(x, dim=-1)` | gradient |
+|---|---|---|---|---|
+| float32 | [NaN, NaN, NaN] | [NaN, NaN, NaN] | [0, 0, 0] | [1e12, 1e12, 1e12] |
+| bfloat16 | [NaN, NaN, NaN] | [NaN, NaN, NaN] | [0, 0, 0] | [9.96e11, 9.96e11, 9.96e11] |
+| float16 | [NaN, NaN, NaN] | [NaN, NaN, NaN] | [NaN, NaN, NaN] (eps 1e-12 is 0 in float16) | [NaN, NaN, NaN] |
+| float16, `F.normalize(x.float(), dim=-1).to(x.dtype)` | | | [0, 0, 0] | |
+
+For a vector of three entries 1e-4 (norm 1.7e-4) both forms agree in all three dtypes (0.577
+in float32, 0.5776 in float16, 0.578 in bfloat16). Vectors that are tiny but not zero fail
+too: for four entries of 1e-23 in float32 or bfloat16, `x.norm()` underflows to 0 (the
+squares are below the smallest subnormal) and `x / x.norm(dim=-1, keepdim=True)` is
+[inf, inf, inf, inf] where the true value is 0.5 each; `F.normalize` gives 1e-11 each
+(finite, though not a unit vector).
+"""
+    fix_notes = """\
+Unsafe: `F.normalize` divides by `max(norm, 1e-12)`, which differs from `x / norm` for vectors
+whose norm is below 1e-12 (including the zero vector, which is the point). The fix is
+offered where the norm keeps its dimension (`keepdim=True`) along one `dim`, with `p` /
+`ord` absent or 2, and the norm is computed in the same expression; the `dim` is kept as
+written. `x / x.norm(dim=d)` without `keepdim`, and norms held in a local variable (which may
+be used elsewhere), are reported without a fix. In float16 the fix still gives NaN at the
+zero vector (eps is 0 there): compute the normalization in float32, or pass
+`eps=torch.finfo(x.dtype).tiny`."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.nn.functional.normalize.html",
+        "https://pytorch.org/docs/stable/generated/torch.linalg.vector_norm.html",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        op = ctx.op(node)
+        if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
+            return
+        numerator, denominator = op.args
+        norm = _find(ctx, denominator, ("norm", "linalg_norm", "vector_norm"))
+        if norm is None or not norm.op.args or not _two_norm(ctx, norm.op):
+            return
+        if _key(ctx, numerator, None) != _key(ctx, norm.op.args[0], norm.env):
+            return
+        dim, keepdim, known = _norm_dims(norm.op)
+        if not known or dim is None or (isinstance(dim, cst.Name) and dim.value == "None"):
+            return
+        held = strip_parens(denominator)
+        if isinstance(held, cst.Name) and _mutated_later(ctx, held.value):
+            return
+        if handled_afterwards(ctx, node) or _inside_zero_test(ctx, node, denominator):
+            return
+        if _nonzero_by_construction(ctx, numerator):
+            return
+        single = not isinstance(strip_parens(dim), (cst.Tuple, cst.List))
+        edits = ()
+        fixed = None
+        if single and _is_true(keepdim):
+            fixed = cst.parse_expression(
+                f"torch.nn.functional.normalize({_canon(ctx, numerator)}, dim={_canon(ctx, dim, norm.env)})"
+            )
+            if not norm.via_local:
+                spelled, imports = ctx.spell("torch.nn.functional.normalize")
+                text = f"{spelled}({_src(ctx, numerator)}, dim={_src(ctx, dim)})"
+                edits = (_edit(ctx, node, text),) + imports
+        ctx.report(self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed))
+
+
+# ---------------------------------------------------------------------- NAN111
+
+
+def _normalized(ctx: FileContext, node: cst.BaseExpression, env: Env, depth: int = 6) -> bool:
+    """True where `node` is an output of `F.normalize` or `x / x.norm(...)` (also indexed,
+    transposed, cast, detached)."""
+    for _ in range(depth):
+        node, env, _ = _follow(ctx, strip_parens(node), env, False)
+        op = op_of(ctx, node)
+        if op is not None:
+            if op.name == "normalize":
+                return True
+            if op.name == "div" and len(op.args) == 2:
+                norm = _find(ctx, op.args[1], ("norm", "linalg_norm", "vector_norm"), env)
+                if norm is not None and norm.op.args and _key(ctx, op.args[0], env) == _key(ctx, norm.op.args[0], norm.env):
+                    return True
+                # (x / x.norm(...)) guarded by + eps / clamp is still a unit vector (<= 1).
+                inner = _find(ctx, op.args[1], ("add", "clamp", "clamp_min"), env)
+                if inner is not None and inner.op.args:
+                    norm = _find(ctx, inner.op.args[0], ("norm", "linalg_norm", "vector_norm"), inner.env)
+                    if norm is not None and norm.op.args and _key(ctx, op.args[0], env) == _key(ctx, norm.op.args[0], norm.env):
+                        return True
+            if op.name not in ("normalize", "div"):
+                inner_node = pass_through(ctx, node)
+                if inner_node is None:
+                    return False
+                node = inner_node
+                continue
+            return False
+        inner_node = pass_through(ctx, node)
+        if inner_node is None:
+            return False
+        node = inner_node
+    return False
+
+
+_NORMS = ("norm", "linalg_norm", "vector_norm")
+_DOTS = {"torch.einsum", "torch.dot", "torch.inner", "torch.vdot", "torch.linalg.vecdot"}
+
+
+def _norm_like(ctx: FileContext, node: cst.BaseExpression, env: Env, depth: int = 4) -> bool:
+    """A norm (`x.norm(dim=-1)`, indexed or reshaped) or a product of norms."""
+    for _ in range(depth):
+        node, env, _ = _follow(ctx, strip_parens(node), env, False)
+        op = op_of(ctx, node)
+        if op is not None and op.name in _NORMS:
+            return True
+        if op is not None and op.name == "mul" and len(op.args) == 2 and not op.kwargs:
+            return all(_norm_like(ctx, a, env, depth - 1) for a in op.args)
+        inner = pass_through(ctx, node)
+        if inner is None:
+            return False
+        node = inner
+    return False
+
+
+def _dot_like(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
+    """A dot product: `(a * b).sum(d)`, `a @ b`, `torch.einsum(...)`, `torch.dot(a, b)`."""
+    node, env, _ = _follow(ctx, strip_parens(node), env, False)
+    op = op_of(ctx, node)
+    if op is not None and op.name == "matmul":
+        return True
+    if op is not None and op.name == "sum" and op.args:
+        product, _, _ = _follow(ctx, strip_parens(op.args[0]), env, False)
+        inner = ctx.op(product)
+        return inner is not None and inner.name == "mul" and len(inner.args) == 2
+    return isinstance(node, cst.Call) and ctx.qualname(node.func) in _DOTS
+
+
+def _dot_over_norms(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
+    """`dot(a, b) / (|a| * |b|)`, `dot / |a| / |b|`, `dot(a, u) / |a|` (u a unit vector, or
+    not: the division by a norm says the author means a cosine)."""
+    op = ctx.op(node)
+    if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
+        return False
+    if not _norm_like(ctx, op.args[1], env):
+        return False
+    top, top_env, _ = _follow(ctx, strip_parens(op.args[0]), env, False)
+    return _dot_like(ctx, top, top_env) or _dot_over_norms(ctx, strip_parens(top), top_env)
+
+
+def cosine_source(ctx: FileContext, node: cst.BaseExpression, env: Env = None) -> Optional[str]:
+    """What makes `node` evidently a cosine: "cosine_similarity", "dot product of normalized
+    vectors", or None."""
+    node, env, _ = _follow(ctx, strip_parens(node), env, False)
+    for _ in range(4):
+        op = op_of(ctx, node)
+        if op is not None and op.name == "cosine_similarity":
+            return "a `cosine_similarity`"
+        if _dot_over_norms(ctx, node, env):
+            return "a dot product divided by norms"
+        if op is not None and op.name == "matmul" and len(op.args) == 2:
+            if all(_normalized(ctx, a, env) for a in op.args):
+                return "a product of normalized vectors"
+            return None
+        if op is not None and op.name == "sum" and op.args and not set(op.kwargs) - {"dim", "axis", "keepdim"}:
+            product, penv, _ = _follow(ctx, strip_parens(op.args[0]), env, False)
+            prod = ctx.op(product)
+            if prod is not None and prod.name == "mul" and len(prod.args) == 2 and not prod.kwargs:
+                if all(_normalized(ctx, a, penv) for a in prod.args):
+                    return "a dot product of normalized vectors"
+            return None
+        inner = pass_through(ctx, node)
+        if inner is None:
+            return None
+        node, env, _ = _follow(ctx, strip_parens(inner), env, False)
+    return None
+
+
+class AcosWithoutClamp(Rule):
+    code = "NAN111"
+    name = "acos-without-clamp"
+    message = (
+        "`acos` of a cosine similarity with no clamp: rounding makes the cosine of two equal "
+        "vectors exceed 1 (NaN forward), and at exactly ±1 the gradient is inf; clamp the "
+        "argument to ±(1 - torch.finfo(dtype).eps)"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Clamp the argument to ±(1 - finfo(dtype).eps)"
+    triggers = r"\b(acos|arccos|asin|arcsin)\b"
+    summary = "`acos(cosine_similarity(a, b))` unclamped: NaN once rounding pushes the cosine past ±1, inf gradient at ±1."
+    why = """\
+A cosine similarity is 1 for parallel vectors in real arithmetic, but the computed value is
+rounded, and for a vector compared with itself it comes out above 1 about as often as not:
+`F.cosine_similarity(v, v)` exceeded 1 for 21.7% of random 64-dimensional vectors in float32
+(largest 1.00000024), 15.1% in float16 (1.00098) and 16.8% in bfloat16 (1.0078) (measured
+below). `acos` and `asin` are only defined on [-1, 1]: outside it they return NaN. At exactly
+±1 the value is defined, but the derivative `-1 / sqrt(1 - c ** 2)` is infinite, so the
+gradient is inf, or NaN once multiplied by 0. Angular losses, geodesic distances on the
+sphere and "angle between embeddings" metrics compute exactly this, and identical or
+near-identical pairs (a sample compared with itself, a collapsed embedding) are common.
+
+Clamping the cosine to `[-1 + eps, 1 - eps]` with `eps = torch.finfo(c.dtype).eps` keeps the
+forward value finite and the derivative bounded (the clamp passes a gradient of 0 where it
+is active). An alternative with no clamp is the atan2 form of the angle,
+`torch.atan2(torch.linalg.vector_norm(torch.cross(a, b, dim=-1), dim=-1), (a * b).sum(-1))`
+for 3-D vectors.
+
+The rule reports only arguments that are evidently cosines: `F.cosine_similarity`, the sum
+of products of two normalized vectors (`F.normalize` or `x / x.norm(...)` outputs), a
+matrix product of normalized embeddings, and a dot product divided by norms
+(`(a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))`, `torch.dot(a, b) / a.norm() / b.norm()`,
+an `einsum` over a norm). `acos` of anything else is not reported, and a
+clamped argument (`c.clamp(-1, 1)`, `torch.clamp(c, -1 + eps, 1 - eps)`) is not either. The
+forward NaN does not depend on gradients, so the rule also reports inside `torch.no_grad()`.
+"""
+    example = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def angle(a, b):
+    cos = F.cosine_similarity(a, b, dim=-1)
+    return torch.acos(cos)
+```"""
+    use_instead = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def angle(a, b):
+    cos = F.cosine_similarity(a, b, dim=-1)
+    return torch.acos(cos.clamp(-1 + torch.finfo(cos.dtype).eps, 1 - torch.finfo(cos.dtype).eps))
+```"""
+    measured = """\
+torch 2.13 on the CPU. "> 1" is the share of 10,000 random 64-dimensional vectors `v` for
+which the cosine of `v` with itself rounds above 1 (and `acos` is NaN).
+
+| cosine | dtype | > 1 | largest | `acos` NaN |
+|---|---|---|---|---|
+| `F.cosine_similarity(v, v, dim=-1)` | float32 | 21.7% | 1.00000024 | 21.7% |
+| `F.cosine_similarity(v, v, dim=-1)` | float16 | 15.1% | 1.00098 | 15.1% |
+| `F.cosine_similarity(v, v, dim=-1)` | bfloat16 | 16.8% | 1.0078 | 16.8% |
+| `(u * u).sum(-1)`, u = `F.normalize(v)` in float32, then cast | float32 | 21.7% | 1.00000024 | 21.7% |
+| same | float16 | 0.04% | 1.00098 | 0.04% |
+| same | bfloat16 | 0.16% | 1.0078 | 0.16% |
+
+Gradients: `torch.acos(c)` at c = 1 has gradient -inf in all three dtypes, and
+`torch.acos(c) * 0` gradient NaN. The gradient of `torch.acos(F.cosine_similarity(a, a.detach()))`
+with respect to `a` was NaN for 66% (float32), 71% (float16) and 72% (bfloat16) of 1,000
+random rows. With the clamp to ±(1 − eps): no NaN or inf gradient in any row; `acos` of the
+clamped 1 is 4.9e-4 (float32), 0.044 (float16), 0.125 (bfloat16).
+"""
+    fix_notes = """\
+Unsafe: the clamp changes the result for cosines within eps of ±1 (the angle of two equal
+vectors becomes 4.9e-4 rad in float32, 0.044 in float16 and 0.125 in bfloat16 instead of 0)
+and passes a zero gradient there. The fix is written only where the argument is short (a
+name, an attribute, or a `cosine_similarity` call whose first input is a name, which
+provides the dtype): `torch.acos(cos)` ->
+`torch.acos(cos.clamp(-1 + torch.finfo(cos.dtype).eps, 1 - torch.finfo(cos.dtype).eps))`.
+Longer arguments are reported without a fix: write the cosine into a variable and clamp it.
+Where the exact 0 angle matters, use the atan2 form."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.acos.html",
+        "https://pytorch.org/docs/stable/generated/torch.nn.functional.cosine_similarity.html",
+        "https://github.com/pytorch/pytorch/issues/8069",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        op = op_of(ctx, node)
+        if op is None or op.name not in ("acos", "asin") or len(op.args) != 1 or op.kwargs:
+            return
+        arg = op.args[0]
+        source = cosine_source(ctx, arg)
+        if source is None:
+            return
+        spelled = op.name if op.style == "method" else node_code(node.func)
+        message = f"`{spelled}` of {source} with no clamp: " + self.message.split(": ", 1)[1]
+        witness = self._witness(ctx, arg)
+        edits = ()
+        canonical_arg = node_code(ctx.canonical(strip_parens(arg)))
+        if not is_atom(ctx.canonical(strip_parens(arg))):
+            canonical_arg = f"({canonical_arg})"
+        function = "torch.acos" if op.name == "acos" else "torch.asin"
+        original = cst.parse_expression(f"{function}({canonical_arg})")
+        fixed = None
+        if witness is not None:
+            w = _src(ctx, witness)
+            finfo, imports = ctx.spell("torch.finfo")
+            bounds = f"-1 + {finfo}({w}.dtype).eps, 1 - {finfo}({w}.dtype).eps"
+            clamped = f"{_atom_src(ctx, arg)}.clamp({bounds})"
+            if op.style == "method":
+                text = f"{clamped}.{node.func.attr.value}()"
+            else:
+                text = f"{node_code(node.func)}({clamped})"
+            edits = (ctx.replace(node, text),) + imports
+            cw = node_code(ctx.canonical(strip_parens(witness)))
+            fixed = cst.parse_expression(
+                f"{function}({canonical_arg}.clamp(-1 + torch.finfo({cw}.dtype).eps, "
+                f"1 - torch.finfo({cw}.dtype).eps))"
+            )
+        ctx.report(self, node, message=message, edits=edits, probe=ctx.expression_probe(original, fixed))
+
+    @staticmethod
+    def _witness(ctx: FileContext, arg: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        """A name with the cosine's dtype, where the argument is short enough to clamp in
+        place: the argument itself (a name or attribute chain), or a `cosine_similarity`
+        call's first input when that is a name."""
+        arg = strip_parens(arg)
+        if isinstance(arg, cst.Name):
+            return arg
+        if isinstance(arg, cst.Attribute) and ctx.qualname(arg) is None:
+            return arg
+        op = op_of(ctx, arg)
+        if op is not None and op.name == "cosine_similarity" and op.args:
+            first = strip_parens(op.args[0])
+            if isinstance(first, cst.Name):
+                return first
+        return None
