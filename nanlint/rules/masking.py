@@ -1,0 +1,968 @@
+"""NAN112: `torch.where` over a branch whose gradient is NaN where it is discarded.
+NAN113: a mean over a mask that can select nothing (0 / 0)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ..context import FileContext, dotted_name, is_atom, node_code, strip_parens
+from ..ops import number_value, split_args as split_args_safe
+from ..ranges import guard
+from .base import SAFE, UNSAFE, Rule
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def _names(ctx: FileContext, node: cst.CSTNode, follow: bool = True, depth: int = 3) -> Set[str]:
+    """The variables an expression reads (`x`, `self.scale`), through local assignments."""
+    found: Set[str] = set()
+
+    def walk(n: cst.CSTNode, d: int) -> None:
+        if isinstance(n, cst.Call):
+            # The callee is a function, not data; its receiver (`x.abs()`) is data.
+            if isinstance(n.func, cst.Attribute):
+                q = ctx.qualname(n.func)
+                if q is None or not q.startswith("torch"):
+                    walk(n.func.value, d)
+            for a in n.args:
+                walk(a.value, d)
+            return
+        name = dotted_name(n) if isinstance(n, (cst.Name, cst.Attribute)) else None
+        if name is not None:
+            q = ctx.qualname(n)
+            if q is not None and (q.startswith("torch") or q.startswith("math")):
+                return
+            if name in ("self", "True", "False", "None"):
+                return
+            found.add(name)
+            if follow and d > 0 and isinstance(n, cst.Name):
+                value = ctx.value_of(n, 1)
+                if value is not n:
+                    walk(value, d - 1)
+            return
+        for child in n.children:
+            walk(child, d)
+
+    walk(node, depth)
+    return found
+
+
+def _torch_call(ctx: FileContext, node: cst.CSTNode, *short: str) -> Optional[Tuple[str, str]]:
+    """("function"|"method", short name) when `node` calls `torch.<short>` or `t.<short>()`."""
+    if not isinstance(node, cst.Call):
+        return None
+    q = ctx.qualname(node.func)
+    if q is not None:
+        for s in short:
+            if q in (f"torch.{s}", f"torch.Tensor.{s}", f"torch.special.{s}"):
+                return "function", s
+        return None
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value in short:
+        if ctx.qualname(node.func.value) is None:
+            return "method", node.func.attr.value
+    return None
+
+
+# --------------------------------------------------------------------------- NAN112
+
+_ZERO_FILL = {"acos", "asin", "arccos", "arcsin", "atanh", "arctanh"}
+
+
+def _unsafe_operand(ctx: FileContext, node: cst.CSTNode) -> Optional[Tuple[str, cst.BaseExpression]]:
+    """(what, operand) where `node` has an infinite or NaN derivative at some finite input:
+    sqrt, rsqrt, log, division by a variable, acos/asin, a fractional or negative power."""
+    if not isinstance(node, (cst.Call, cst.BinaryOperation)):
+        return None
+    op = ctx.op(node)
+    if op is not None:
+        if op.name in ("sqrt", "log", "log2", "log10", "reciprocal") and len(op.args) == 1 and not op.kwargs:
+            return op.name, op.args[0]
+        if op.name == "div" and len(op.args) == 2:
+            divisor = op.args[1]
+            if number_value(strip_parens(divisor)) is None:
+                return "division", divisor
+            return None
+        if op.name == "pow" and len(op.args) == 2 and not op.kwargs:
+            exponent = number_value(strip_parens(op.args[1]))
+            if exponent is not None and (exponent < 0 or exponent != int(exponent)):
+                if exponent == -1 or exponent < 0:
+                    return "division", op.args[0]
+                return "fractional power", op.args[0]
+        return None
+    called = _torch_call(ctx, node, "rsqrt", "acos", "asin", "arccos", "arcsin")
+    if called is None:
+        return None
+    style, short = called
+    split = split_args_safe(node.args)
+    if split is None:
+        return None
+    positional, keywords = split
+    if style == "method":
+        if positional or keywords:
+            return None
+        return short, node.func.value
+    if len(positional) != 1 or keywords:
+        return None
+    return short, positional[0]
+
+
+def _where_parts(ctx: FileContext, node: cst.Call):
+    """(condition, branch taken where true, branch taken where false, style) of a where call."""
+    split = split_args_safe(node.args)
+    if split is None:
+        return None
+    positional, keywords = split
+    q = ctx.qualname(node.func)
+    if q in ("torch.where", "torch.Tensor.where"):
+        args = positional + [keywords[k] for k in ("condition", "input", "other") if k in keywords]
+        if q == "torch.Tensor.where":
+            # torch.Tensor.where(x, cond, y)
+            if len(args) != 3:
+                return None
+            return args[1], args[0], args[2], "function"
+        if len(args) != 3:
+            return None
+        return args[0], args[1], args[2], "function"
+    if q is None and isinstance(node.func, cst.Attribute) and node.func.attr.value == "where":
+        if ctx.qualname(node.func.value) is not None:
+            return None  # np.where, a module's function
+        args = positional + [keywords[k] for k in ("condition", "other") if k in keywords]
+        if len(args) != 2:
+            return None
+        return args[0], node.func.value, args[1], "method"
+    return None
+
+
+def _guards_itself(ctx: FileContext, operand: cst.BaseExpression) -> bool:
+    """The operand is kept in the op's domain anyway: clamped, plus an epsilon, a where."""
+    g = guard(ctx, operand)
+    if g is not None and g.kind != "mask":
+        return True
+    value = ctx.value_of(strip_parens(operand))
+    for n in (strip_parens(operand), strip_parens(value)):
+        if _torch_call(ctx, n, "where", "clamp", "clip", "clamp_min", "clamp_max",
+                       "nan_to_num", "maximum", "abs", "exp", "softplus", "masked_fill") is not None:
+            return True
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in (
+            "clamp", "clip", "clamp_min", "abs", "exp", "masked_fill", "where",
+        ):
+            return True
+    return False
+
+
+def _no_gradient(ctx: FileContext, operand: cst.BaseExpression) -> bool:
+    """A detached operand or a literal: no gradient reaches it."""
+    text = node_code(operand)
+    return ".detach()" in text or "torch.no_grad" in text
+
+
+def _bare(ctx: FileContext, node: cst.BaseExpression) -> str:
+    """Code of `node` without parentheses, casts and `abs()`: what a comparison tests."""
+    node = _strip_casts(ctx, node)
+    while True:
+        called = _torch_call(ctx, node, "abs")
+        if called is None:
+            break
+        style, _ = called
+        node = _strip_casts(ctx, node.func.value if style == "method" else node.args[0].value)
+    return node_code(node)
+
+
+_THRESHOLD = re.compile(r"(eps|tiny|thresh|thr|min|tol)", re.IGNORECASE)
+
+
+def _threshold(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """A number, an epsilon-like name, `torch.finfo(...).eps`, `1 - eps`: a domain bound."""
+    node = strip_parens(node)
+    if number_value(node) is not None:
+        return True
+    name = dotted_name(node)
+    if name is not None:
+        return _THRESHOLD.search(name.split(".")[-1]) is not None
+    if isinstance(node, cst.Attribute) and node.attr.value in ("eps", "tiny", "smallest_normal"):
+        return True
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
+        return _threshold(ctx, node.left) and _threshold(ctx, node.right)
+    return False
+
+
+def _comparisons(ctx: FileContext, cond: cst.BaseExpression, depth: int = 4) -> Iterable[cst.Comparison]:
+    """The comparisons a condition is made of (through `&`, `|`, `~`, `*`, logical ops,
+    `.all()`/`.any()`, casts and local names)."""
+    if depth <= 0:
+        return
+    cond = _strip_casts(ctx, cond)
+    if isinstance(cond, cst.Name):
+        value = ctx.value_of(cond, 1)
+        if value is not cond:
+            yield from _comparisons(ctx, value, depth - 1)
+        return
+    if isinstance(cond, cst.Comparison):
+        yield cond
+        return
+    if isinstance(cond, cst.UnaryOperation):
+        yield from _comparisons(ctx, cond.expression, depth - 1)
+        return
+    if isinstance(cond, cst.BinaryOperation) and isinstance(
+        cond.operator, (cst.BitAnd, cst.BitOr, cst.Multiply)
+    ):
+        yield from _comparisons(ctx, cond.left, depth - 1)
+        yield from _comparisons(ctx, cond.right, depth - 1)
+        return
+    if isinstance(cond, cst.Call):
+        if _torch_call(ctx, cond, "logical_and", "logical_or", "logical_not") is not None:
+            for a in cond.args:
+                yield from _comparisons(ctx, a.value, depth - 1)
+        elif isinstance(cond.func, cst.Attribute) and cond.func.attr.value in ("all", "any"):
+            yield from _comparisons(ctx, cond.func.value, depth - 1)
+        elif _torch_call(ctx, cond, "gt", "ge", "lt", "le", "ne", "eq") is not None:
+            style, _ = _torch_call(ctx, cond, "gt", "ge", "lt", "le", "ne", "eq")
+            sides = ([cond.func.value] if style == "method" else []) + [a.value for a in cond.args]
+            if len(sides) == 2:
+                yield cst.Comparison(left=sides[0], comparisons=[
+                    cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=sides[1])])
+
+
+_OPS = {
+    cst.GreaterThan: lambda a, b: a > b,
+    cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.LessThan: lambda a, b: a < b,
+    cst.LessThanEqual: lambda a, b: a <= b,
+    cst.Equal: lambda a, b: a == b,
+    cst.NotEqual: lambda a, b: a != b,
+}
+
+
+def _bound_value(node: cst.BaseExpression) -> float:
+    value = number_value(strip_parens(node))
+    if value is not None:
+        return value
+    code = node_code(node)
+    return 1.0 - 1e-6 if code.lstrip("( ").startswith("1") else 1e-6  # `eps`, `1 - eps`
+
+
+def _singular_discarded(ctx: FileContext, cond: cst.BaseExpression, operand: cst.BaseExpression,
+                        what: str, taken_when_true: bool) -> bool:
+    """False where a single comparison shows the op's singular points lie in the branch
+    that is taken (`torch.where(c < 50, 5000 / c, ...)`: c = 0 is kept, so its inf is in the
+    value, not hidden in the gradient). True otherwise."""
+    bare = _strip_casts(ctx, cond)
+    if isinstance(bare, cst.Name):
+        bare = _strip_casts(ctx, ctx.value_of(bare, 1))
+    if not isinstance(bare, cst.Comparison) or len(bare.comparisons) != 1:
+        return True
+    target = bare.comparisons[0]
+    test = _OPS.get(type(target.operator))
+    if test is None:
+        return True
+    wanted = _bare(ctx, operand)
+    if _bare(ctx, bare.left) == wanted:
+        bound = _bound_value(target.comparator)
+        holds = lambda x: test(x, bound)  # noqa: E731
+    elif _bare(ctx, target.comparator) == wanted:
+        bound = _bound_value(bare.left)
+        holds = lambda x: test(bound, x)  # noqa: E731
+    else:
+        return True
+    singular = (1.0, 2.0) if what in _ZERO_FILL else (0.0, -1.0) if what != "division" else (0.0,)
+    # Where the branch is discarded: cond false for the first branch, true for the second.
+    return any(holds(x) != taken_when_true for x in singular)
+
+
+def _domain_guard(ctx: FileContext, cond: cst.BaseExpression, operand: cst.BaseExpression) -> bool:
+    """`cond` bounds `operand` itself: `x > 0`, `x != 0`, `x.abs() < 1`, `x >= eps`, also as
+    part of a combined mask held in a local variable."""
+    wanted = {_bare(ctx, operand)}
+    bare = strip_parens(operand)
+    if isinstance(bare, cst.Name):
+        value = ctx.value_of(bare, 1)
+        if value is not bare:
+            wanted.add(_bare(ctx, value))
+    for comparison in _comparisons(ctx, cond):
+        if len(comparison.comparisons) != 1:
+            continue
+        left, right = comparison.left, comparison.comparisons[0].comparator
+        for side, other in ((left, right), (right, left)):
+            if _bare(ctx, side) in wanted and _threshold(ctx, other):
+                return True
+    return False
+
+
+_NON_FINITE = re.compile(r"(\bnan\b|\binf\b|nan_|_nan|inf_|_inf|finfo\(.*\)\.(max|min)|float\(\s*[\"'][-+]?(nan|inf))",
+                         re.IGNORECASE)
+
+
+def _non_finite_filler(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """`nan_tensor`, `torch.inf`, `float("nan")`, `torch.finfo(dt).max`: the discarded points
+    are marked invalid on purpose; their gradient is no surprise."""
+    return _NON_FINITE.search(node_code(node)) is not None
+
+
+def _gradless(ctx: FileContext, node: cst.BaseExpression, depth: int = 4) -> bool:
+    """No gradient can flow into `node`: a count of comparisons, a literal, a comparison."""
+    if depth <= 0:
+        return False
+    node = _strip_casts(ctx, node)
+    if number_value(node) is not None or isinstance(node, cst.Comparison):
+        return True
+    if isinstance(node, cst.Name):
+        value = ctx.value_of(node, 1)
+        return value is not node and _gradless(ctx, value, depth - 1)
+    op = ctx.op(node)
+    if op is None:
+        return False
+    if op.name in ("sum", "mean") and op.args:
+        return _gradless(ctx, op.args[0], depth - 1)
+    if op.name in ("add", "sub", "mul", "div", "neg") and op.args:
+        return all(_gradless(ctx, a, depth - 1) for a in op.args)
+    return False
+
+
+def _descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+    yield node
+    for child in node.children:
+        yield from _descendants(child)
+
+
+_NO_GRAD_METHODS = {"long", "int", "bool", "short", "byte", "detach", "item", "tolist", "numpy"}
+_INTEGER_DTYPES = re.compile(r"^torch\.(long|int|int64|int32|int16|int8|uint8|bool)$")
+
+
+def _cuts_gradient(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """No gradient flows back through `node`: an integer or bool cast, `detach()`, a
+    comparison."""
+    if isinstance(node, cst.Comparison):
+        return True
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    if ctx.qualname(node.func.value) is not None:
+        return False
+    method = node.func.attr.value
+    if method in _NO_GRAD_METHODS:
+        return True
+    if method in ("to", "type") and node.args:
+        q = ctx.qualname(node.args[0].value) if node.args[0].keyword is None or node.args[0].keyword.value == "dtype" else None
+        return q is not None and _INTEGER_DTYPES.match(q) is not None
+    return False
+
+
+def _grad_descendants(ctx: FileContext, node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+    """The nodes under `node` whose gradient reaches it (not below an integer cast)."""
+    if _cuts_gradient(ctx, node):
+        return
+    yield node
+    for child in node.children:
+        yield from _grad_descendants(ctx, child)
+
+
+class WhereUnsafeBranch(Rule):
+    code = "NAN112"
+    name = "where-unsafe-branch"
+    message = (
+        "`torch.where` picks a branch, but the backward pass differentiates both: where the "
+        "condition discards this `sqrt`/`log`/division its derivative is inf or NaN, and inf * 0 "
+        "is NaN in the gradient; guard the argument with the same condition (a \"double where\")"
+    )
+    fix_applicability = SAFE
+    fix_title = "Apply the condition to the argument too (double where)"
+    # Off by default: on the corpora most findings are in metric code (counts, per-class
+    # scores) through which no gradient ever flows; see `why`.
+    default_enabled = False
+    triggers = r"\bwhere\b"
+    summary = (
+        "`torch.where(x > 0, sqrt(x), 0)`: right values, NaN gradient from the discarded branch."
+    )
+    why = """\
+`torch.where(cond, a, b)` selects values, but autograd computes the gradient of both `a` and
+`b` everywhere and multiplies the branch not taken by 0. Where the discarded branch is
+`sqrt(x)`, `log(x)`, `1 / x`, `x ** 0.5`, `rsqrt(x)` or `acos(x)` at a point outside its domain
+(x <= 0, |x| >= 1), its local derivative is inf or NaN, and `0 * inf` is NaN: the gradient of
+`x` is NaN at exactly the points the condition was written to protect, although every forward
+value is correct. One NaN gradient poisons every weight at the next optimizer step.
+
+`torch.where(x > 0, torch.sqrt(x), 0)` has gradient NaN at x = 0 and at every x < 0, in
+float32, float16 and bfloat16 alike.
+
+The fix is the "double where": apply the condition to the argument as well, so that the
+unsafe op only ever sees safe values: `torch.where(x > 0, torch.sqrt(torch.where(x > 0, x, 1)),
+0)`. Where the condition holds the argument is unchanged, so every selected value is exactly
+the same; where it does not, the op sees a harmless filler (1 for `sqrt`, `log`, `rsqrt`,
+division and powers; 0 for `acos`/`asin`) whose finite derivative is then multiplied by 0.
+
+Reported only where the condition reads the same variable as the unsafe op's argument (the
+condition is evidently the guard); not where the argument is kept in the domain anyway
+(`sqrt(x.clamp(min=eps))`, `log(x + eps)`, an inner `where`), nor inside `torch.no_grad()` or
+`torch.inference_mode()`, where there is no gradient to poison. Also silent: a condition that
+keeps the singular point in the selected branch (`torch.where(c < 50, 5000 / c, ...)`: the inf
+at c = 0 is in the value, not hidden in the gradient), a discarded branch filled with NaN or inf
+on purpose (`torch.where(p > 0, tp / p, nan)`), operands that are counts of comparisons (no
+gradient flows into them), and `torch.where(torch.isfinite(v), v, c)`, which repairs a value
+rather than guarding an argument.
+
+**Off by default** (`--select NAN112` or `extend-select` to enable). The pattern is exact, but
+whether a gradient flows through it is not visible in the code: on the corpora (transformers,
+timm, diffusers, kornia, torchmetrics, ultralytics, accelerate, monai and research repos) 4 of
+12 findings were on differentiable paths (a sinc filter, chunked attention accumulation,
+torchmetrics' `_safe_divide`), and the other 8 divide metric counts that are never
+differentiated. Enable it for model and loss code.
+"""
+    example = """\
+```python
+import torch
+
+def safe_norm(v):
+    sq = (v * v).sum(-1)
+    return torch.where(sq > 0, torch.sqrt(sq), 0.0)
+```"""
+    use_instead = """\
+```python
+import torch
+
+def safe_norm(v):
+    sq = (v * v).sum(-1)
+    return torch.where(sq > 0, torch.sqrt(torch.where(sq > 0, sq, 1)), 0.0)
+```"""
+    measured = """\
+Value and gradient with respect to x, torch 2.13 CPU; the same in float32, float16 and
+bfloat16. "fixed" applies the condition to the argument too (filler 1, or 0 for `acos`).
+
+| expression | x | value | gradient | fixed: value, gradient |
+|---|---|---|---|---|
+| `torch.where(x > 0, torch.sqrt(x), 0)` | -1, 0, 4 | 0, 0, 2 | **NaN, NaN**, 0.25 | 0, 0, 2; 0, 0, 0.25 |
+| `torch.where(x > 0, torch.log(x), 0)` | -1, 0, 4 | 0, 0, 1.386 | -0, **NaN**, 0.25 | 0, 0, 1.386; 0, 0, 0.25 |
+| `torch.where(x != 0, 1 / x, 0)` | 0, 2 | 0, 0.5 | **NaN**, -0.25 | 0, 0.5; 0, -0.25 |
+| `torch.where(x.abs() < 1, torch.acos(x), 0)` | 1, 2, 0.5 | 0, 0, 1.047 | **NaN, NaN**, -1.155 | 0, 0, 1.047; 0, 0, -1.155 |
+| `torch.where(x > 0, x ** 0.5, 0)` | -1, 0, 4 | 0, 0, 2 | **NaN, NaN**, 0.25 | 0, 0, 2; 0, 0, 0.25 |
+| `torch.where(x > 0, torch.rsqrt(x), 0)` | -1, 0, 4 | 0, 0, 0.5 | **NaN, NaN**, -0.0625 | 0, 0, 0.5; 0, 0, -0.0625 |
+"""
+    fix_notes = """\
+Safe: where the condition selects the branch, the inner `where` passes the argument through
+unchanged, so every value `torch.where` returns is bit-for-bit the same; only the gradient at
+the discarded points changes, from NaN to 0. The condition is written twice (it is evaluated
+twice; hoist it into a variable if it is expensive). The fix is offered where the unsafe op
+and the `where` are one expression; where the branch reaches the `where` through a local
+variable, the finding comes without a fix.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.where.html",
+        "https://github.com/pytorch/pytorch/issues/52248 (NaN gradients through torch.where)",
+        "https://jax.readthedocs.io/en/latest/faq.html#gradients-contain-nan-where-using-where",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        if ctx.precision is not None and ctx.precision.in_no_grad:
+            return
+        parts = _where_parts(ctx, node)
+        if parts is None:
+            return
+        cond, when_true, when_false, style = parts
+        # `torch.where(torch.isfinite(v), v, c)` repairs a value already computed: out of
+        # this rule's scope (the condition tests the result, not the op's argument).
+        if any(
+            _torch_call(ctx, n, "isfinite", "isnan", "isinf", "isneginf", "isposinf") is not None
+            for n in _descendants(cond)
+        ):
+            return
+        cond_names = _names(ctx, cond)
+        if not cond_names:
+            return
+        hits: List[Tuple[cst.BaseExpression, str, cst.BaseExpression, bool]] = []
+        through_local = False
+        for branch, taken_when_true in ((when_true, True), (when_false, False)):
+            if _non_finite_filler(ctx, when_false if taken_when_true else when_true):
+                continue
+            candidates = list(_grad_descendants(ctx, branch))
+            bare = strip_parens(branch)
+            value = ctx.value_of(bare)
+            if value is not bare:
+                candidates += list(_grad_descendants(ctx, value))
+            for sub in candidates:
+                found = _unsafe_operand(ctx, sub)
+                if found is None:
+                    continue
+                what, operand = found
+                if _guards_itself(ctx, operand) or _no_gradient(ctx, operand):
+                    continue
+                if not _domain_guard(ctx, cond, operand):
+                    continue
+                if not _singular_discarded(ctx, cond, operand, what, taken_when_true):
+                    continue
+                sub_op = ctx.op(sub)
+                if all(_gradless(ctx, a) for a in (sub_op.args[:2] if sub_op is not None else [operand])):
+                    continue
+                local = not any(sub is d for d in _descendants(branch))
+                through_local = through_local or local
+                hits.append((operand, what, sub, taken_when_true))
+        if not hits:
+            return
+        what = hits[0][1]
+        spelled = {"division": "division", "fractional power": "fractional power"}.get(what, f"`{what}`")
+        message = (
+            f"`torch.where` picks a branch, but the backward pass differentiates both: where the "
+            f"condition discards this {spelled} its derivative is inf or NaN, and 0 * inf is NaN in "
+            "the gradient; guard the argument with the same condition (a \"double where\")"
+        )
+        edits, fixed = self._fix(node, cond, hits, ctx, style)
+        if through_local:
+            edits = ()
+        ctx.report(
+            self,
+            node,
+            message=message,
+            edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+        )
+
+    def _fix(self, node, cond, hits, ctx: FileContext, style: str):
+        operands = []
+        for operand, what, sub, taken_when_true in hits:
+            if any(operand is o[0] for o in operands):
+                continue
+            operands.append((operand, what, taken_when_true))
+        # Nested unsafe ops (sqrt(log(x))) would need overlapping edits: no fix there.
+        spans = [ctx.span(o[0]) for o in operands if _in_tree(node, o[0])]
+        if len(spans) != len(operands):
+            return (), None
+        for i, a in enumerate(spans):
+            for b in spans[i + 1:]:
+                if a[0] < b[1] and b[0] < a[1]:
+                    return (), None
+        if style == "function" and ctx.qualname(node.func) == "torch.where":
+            where_text, imports = node_code(node.func), ()
+        else:
+            where_text, imports = ctx.spell("torch.where")
+        cond_text = node_code(strip_parens(cond))
+        edits = []
+        replacements = {}
+        for operand, what, taken_when_true in operands:
+            fill = "0" if what in _ZERO_FILL else "1"
+            inner = node_code(strip_parens(operand))
+            if taken_when_true:
+                guarded = f"{where_text}({cond_text}, {inner}, {fill})"
+            else:
+                guarded = f"{where_text}({cond_text}, {fill}, {inner})"
+            edits.append(ctx.replace(operand, guarded))
+            replacements[id(operand)] = (cond, operand, fill, taken_when_true)
+        fixed_tree = node.visit(_ReplaceOperands(replacements))
+        fixed = ctx.canonical(fixed_tree)
+        return tuple(edits) + tuple(imports), fixed
+
+
+def _in_tree(root: cst.CSTNode, target: cst.CSTNode) -> bool:
+    return any(n is target for n in _descendants(root))
+
+
+class _ReplaceOperands(cst.CSTTransformer):
+    """The where call with each unsafe operand wrapped in `torch.where(cond, operand, fill)`."""
+
+    def __init__(self, replacements):
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original, updated):
+        found = self.replacements.get(id(original))
+        if found is None:
+            return updated
+        cond, operand, fill, taken_when_true = found
+        fill_node = cst.Integer(fill)
+        args = [cond, updated, fill_node] if taken_when_true else [cond, fill_node, updated]
+        return cst.Call(
+            func=cst.Attribute(value=cst.Name("torch"), attr=cst.Name("where")),
+            args=[cst.Arg(strip_parens(a)) for a in args],
+        )
+
+
+# --------------------------------------------------------------------------- NAN113
+
+_MASK_WORDS = re.compile(
+    r"mask|(^|_)(valid|keep|pos|neg|fg|bg|sel|selected|ignore|visible|active|inside|good|flags?|is|has)(_|$|\d)",
+    re.IGNORECASE,
+)
+_CASTS = ("float", "double", "half", "bfloat16", "long", "int", "bool", "type_as", "to", "detach")
+_EXIT = (cst.Return, cst.Raise, cst.Continue, cst.Break)
+
+
+def _strip_casts(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
+    node = strip_parens(node)
+    while (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Attribute)
+        and node.func.attr.value in _CASTS
+        and ctx.qualname(node.func.value) is None
+    ):
+        node = strip_parens(node.func.value)
+    return node
+
+
+def _mask_like(ctx: FileContext, node: cst.BaseExpression, depth: int = 3) -> bool:
+    """Evidently a boolean (or 0/1) selection: a comparison, `~m`, `a & b`, `m.bool()`, or a
+    name that says so (`mask`, `valid`, `pos_inds`), through local assignments."""
+    node = strip_parens(node)
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "bool":
+        return True
+    node = _strip_casts(ctx, node)
+    if isinstance(node, cst.Comparison):
+        return True
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
+        return True
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr)):
+        return True
+    if _torch_call(ctx, node, "logical_and", "logical_or", "logical_not", "isfinite", "eq", "ne",
+                   "gt", "lt", "ge", "le", "isin") is not None:
+        return True
+    name = dotted_name(node)
+    if name is not None:
+        if _MASK_WORDS.search(name.split(".")[-1]):
+            return True
+        if depth > 0 and isinstance(node, cst.Name):
+            value = ctx.value_of(node, 1)
+            if value is not node:
+                return _mask_like(ctx, value, depth - 1)
+    return False
+
+
+def _selection(ctx: FileContext, node: cst.BaseExpression) -> Optional[Tuple[cst.Subscript, cst.BaseExpression]]:
+    """(`x[m]`, m) where `node` is `x[m]` (possibly cast) with a mask index."""
+    node = _strip_casts(ctx, node)
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        return None
+    index = node.slice[0].slice
+    if not isinstance(index, cst.Index):
+        return None
+    if _mask_like(ctx, index.value):
+        return node, index.value
+    return None
+
+
+def _count_of(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """m where `node` is `m.sum(...)`, `torch.sum(m, ...)`, `m.float().sum()`, `m.count_nonzero()`."""
+    node = strip_parens(node)
+    op = ctx.op(node)
+    if op is not None and op.name == "sum" and op.args:
+        return _strip_casts(ctx, op.args[0])
+    if _torch_call(ctx, node, "count_nonzero") is not None:
+        if isinstance(node.func, cst.Attribute) and ctx.qualname(node.func) is None:
+            return _strip_casts(ctx, node.func.value)
+        if node.args:
+            return _strip_casts(ctx, node.args[0].value)
+    return None
+
+
+def _count_guarded(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """`m.sum() + eps`, `m.sum().clamp(min=1)`, `max(m.sum(), 1)`, through locals."""
+    g = guard(ctx, node)
+    if g is not None and g.kind != "mask":
+        return True
+    bare = strip_parens(node)
+    resolved = ctx.value_of(bare)
+    value = strip_parens(resolved)
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "max":
+        return True
+    if _torch_call(ctx, value, "clamp", "clip", "clamp_min", "maximum", "where") is not None:
+        return True
+    if resolved is not bare:
+        g = guard(ctx, value)
+        return g is not None and g.kind != "mask"
+    return False
+
+
+def _tests_in_scope(ctx: FileContext) -> Iterable[cst.BaseExpression]:
+    """Conditions the current expression runs under: enclosing `if`/`elif`/`while`/ternary
+    tests and `torch.where` conditions, and earlier `if ...: return/continue/raise` and
+    `assert` statements in every enclosing block."""
+    stack = ctx.stack
+    for i, n in enumerate(stack):
+        if isinstance(n, (cst.If, cst.While)) and i + 1 < len(stack):
+            yield n.test
+        elif isinstance(n, cst.IfExp):
+            yield n.test
+        elif isinstance(n, cst.Call) and _torch_call(ctx, n, "where") is not None and n.args:
+            yield n.args[0].value
+        body = getattr(n, "body", None)
+        if isinstance(body, (list, tuple)) and i + 1 < len(stack):
+            child = stack[i + 1]
+            for stmt in body:
+                if stmt is child:
+                    break
+                if isinstance(stmt, cst.If):
+                    inner = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else stmt.body.body
+                    last = inner[-1] if inner else None
+                    smalls = last.body if isinstance(last, cst.SimpleStatementLine) else []
+                    if any(isinstance(s, _EXIT) for s in smalls):
+                        yield stmt.test
+                elif isinstance(stmt, cst.SimpleStatementLine):
+                    for s in stmt.body:
+                        if isinstance(s, cst.Assert):
+                            yield s.test
+
+
+def _guarded_by_branch(ctx: FileContext, names: Set[str]) -> bool:
+    for test in _tests_in_scope(ctx):
+        if _names(ctx, test) & names:
+            return True
+    return False
+
+
+class MaskedMeanEmpty(Rule):
+    code = "NAN113"
+    name = "masked-mean-empty"
+    message = (
+        "Mean over a masked selection that can be empty: when the mask is all False this is "
+        "0 / 0 = NaN; divide by the count clamped at 1, or guard with `if mask.any()`"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Divide by the count clamped at 1"
+    triggers = r"\b(mean|sum|count_nonzero)\b"
+    summary = "`x[mask].mean()`, `(x * m).sum() / m.sum()`: 0 / 0 = NaN when the mask selects nothing."
+    why = """\
+A masked mean divides by the number of selected elements. When the mask selects nothing (a
+batch with no positive anchors, no valid pixels, no foreground), the sum is 0 and so is the
+count: `x[mask].mean()` is the mean of an empty tensor, NaN, and `(x * m).sum() / m.sum()` is
+0 / 0, NaN, in every dtype. In the sum-over-count form the gradient is NaN as well (the
+division's gradient with respect to the numerator is 1 / 0), and one optimizer step later
+every weight is NaN. `x[mask].mean()` of an empty selection has a zero gradient for `x`, but
+its NaN value is the loss that gets logged, compared and early-stopped on, and anything it is
+multiplied by (a learned loss weight, an uncertainty term) gets a NaN gradient. Empty masks
+are rare per batch and near certain over a long training run.
+
+Dividing by the count clamped at 1, `(x * m).sum() / m.sum().clamp(min=1)`, changes nothing
+when at least one element is selected (a count of 0/1 values is 0 or at least 1) and gives 0
+(with zero gradient) when none is.
+
+Not reported where the code already guards: a count plus an epsilon or clamped
+(`m.sum() + eps`, `.clamp(min=1)`, `max(m.sum(), 1)`, `torch.clamp(n, min=1)`), an enclosing
+`if mask.any():` / `if num_pos > 0:` / ternary / `torch.where` on the mask or the count, or an
+earlier `if not mask.any(): return` (or `continue`, `raise`, `assert`) in the same function; nor
+where the mask is evidently all ones.
+"""
+    example = """\
+```python
+import torch
+
+def masked_l1(pred, target, valid):
+    return (pred - target).abs()[valid].mean()
+
+def masked_mse(pred, target, mask):
+    return ((pred - target) ** 2 * mask).sum() / mask.sum()
+```"""
+    use_instead = """\
+```python
+import torch
+
+def masked_l1(pred, target, valid):
+    selected = (pred - target).abs()[valid]
+    return selected.sum() / max(selected.numel(), 1)
+
+def masked_mse(pred, target, mask):
+    return ((pred - target) ** 2 * mask).sum() / mask.sum().clamp(min=1)
+```"""
+    measured = """\
+torch 2.13 CPU, x = [1, 2, 3] with `requires_grad`; the same in float32, float16 and bfloat16.
+"fixed" divides by the count clamped at 1.
+
+| expression | mask | value | gradient of x | fixed: value, gradient |
+|---|---|---|---|---|
+| `x[m].mean()` | all False | **NaN** | 0, 0, 0 (a weight multiplying it: NaN) | 0; 0, 0, 0 |
+| `x[m].mean()` | [1, 0, 1] | 2 | 0.5, 0, 0.5 | 2; 0.5, 0, 0.5 |
+| `(x * m).sum() / m.sum()` | all 0 | **NaN** | **NaN, NaN, NaN** | 0; 0, 0, 0 |
+| `(x * m).sum() / m.sum()` | [1, 0, 1] | 2 | 0.5, 0, 0.5 | 2; 0.5, 0, 0.5 |
+| `(x * m).sum(1) / m.sum(1)`, x of shape (2, 3) | row 0 empty | **[NaN, 2]** | **NaN** in row 0 | [0, 2]; finite |
+"""
+    fix_notes = """\
+Unsafe: the result for an empty mask changes from NaN to 0, which is the point, but it is a
+change, and a loss that is 0 for such a batch may call for a different choice (skip the batch,
+or return `x.sum() * 0` to keep the graph). For a sum divided by a count, the count is
+clamped where it is written (`m.sum()` -> `m.sum().clamp(min=1)`, also where the count is a
+local variable holding `m.sum()`). For `x[m].mean()` without a `dim`, the fix divides the sum of
+the selection by its own element count, `x[m].sum() / max(x[m].numel(), 1)`: exact for any
+shapes of x and m (a mask over the first dimension of a 2-D x selects whole rows), at the cost
+of indexing twice. A mean over a `dim` or inside `torch.mean(..., dim)` gets no fix. In
+float16 a sum of many large values can overflow where the mean would not; compute in float32
+there.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.mean.html",
+        "https://pytorch.org/docs/stable/generated/torch.clamp.html",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        op = ctx.op(node)
+        if op is None:
+            return
+        if op.name == "mean" and op.args:
+            self._mean(node, op, ctx)
+        elif op.name == "div" and len(op.args) == 2 and not op.kwargs:
+            self._division(node, op.args[0], op.args[1], ctx)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        if isinstance(node.operator, cst.Divide):
+            self._division(node, node.left, node.right, ctx)
+
+    # x[m].mean()
+    def _mean(self, node: cst.Call, op, ctx: FileContext) -> None:
+        found = _selection(ctx, op.args[0])
+        if found is None:
+            return
+        subscript, mask = found
+        if self._exempt(ctx, mask):
+            return
+        names = _names(ctx, mask) | _names(ctx, subscript.value, follow=False)
+        if _guarded_by_branch(ctx, names) or self._handled_after(ctx, node):
+            return
+        edits = ()
+        fixed = None
+        receiver = op.args[0]
+        simple = (
+            strip_parens(receiver) is receiver
+            and receiver is subscript
+            and dotted_name(subscript.value) is not None
+            and is_atom(mask)
+            and not isinstance(strip_parens(mask), cst.Call)
+        )
+        if simple and len(op.args) == 1 and not op.kwargs:
+            sel = node_code(receiver) if is_atom(receiver) else f"({node_code(receiver)})"
+            text = f"{sel}.sum() / max({sel}.numel(), 1)"
+            if self._needs_parens(ctx, node):
+                text = f"({text})"
+            edits = (ctx.replace(node, text),)
+        if len(op.args) == 1 and not op.kwargs:
+            # The probe checks the same repair even where no edit is offered.
+            canon = node_code(ctx.canonical(receiver))
+            canon = canon if is_atom(ctx.canonical(receiver)) else f"({canon})"
+            fixed = cst.parse_expression(f"{canon}.sum() / max({canon}.numel(), 1)")
+        elif len(op.args) + len(op.kwargs) == 2 and number_value(strip_parens(op.arg(1, "dim") or cst.Name("_"))) == 0:
+            canon = node_code(ctx.canonical(receiver))
+            canon = canon if is_atom(ctx.canonical(receiver)) else f"({canon})"
+            fixed = cst.parse_expression(f"{canon}.sum(0) / max({canon}.shape[0], 1)")
+        ctx.report(
+            self,
+            node,
+            message=(
+                "Mean over a masked selection that can be empty: when the mask is all False this "
+                "is the mean of nothing, NaN; divide the sum by the count clamped at 1, or guard "
+                "with `if mask.any()`"
+            ),
+            edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+        )
+
+    # (x * m).sum() / m.sum()
+    def _division(self, node, numerator, denominator, ctx: FileContext) -> None:
+        count_node = strip_parens(denominator)
+        mask = _count_of(ctx, count_node)
+        if mask is None and isinstance(count_node, cst.Name):
+            value = strip_parens(ctx.value_of(count_node))
+            if value is not count_node:
+                mask = _count_of(ctx, value)
+        if mask is None:
+            return
+        mask_text = node_code(strip_parens(mask))
+        in_numerator = any(
+            node_code(_strip_casts(ctx, n)) == mask_text
+            for n in _descendants(numerator)
+            if isinstance(n, cst.BaseExpression)
+        ) and mask_text != node_code(strip_parens(numerator))
+        # A weighted mean (`(x * w).sum() / w.sum()`, a Gaussian kernel) is no masked mean:
+        # the mask must be evidently boolean.
+        if not _mask_like(ctx, mask) or self._exempt(ctx, mask):
+            return
+        numer_value = strip_parens(numerator)
+        if isinstance(numer_value, cst.Name):
+            numer_value = strip_parens(ctx.value_of(numer_value))
+            if not in_numerator:
+                in_numerator = any(
+                    node_code(_strip_casts(ctx, n)) == mask_text
+                    for n in _descendants(numer_value)
+                    if isinstance(n, cst.BaseExpression)
+                )
+        numer_op = ctx.op(numer_value)
+        if not in_numerator and (numer_op is None or numer_op.name not in ("sum", "mul")):
+            return
+        # `m / m.sum()` normalizes weights; it is no masked mean.
+        if node_code(_strip_casts(ctx, numerator)) == mask_text:
+            return
+        if _count_guarded(ctx, count_node):
+            return
+        names = _names(ctx, mask) | ({count_node.value} if isinstance(count_node, cst.Name) else set())
+        if _guarded_by_branch(ctx, names) or self._handled_after(ctx, node):
+            return
+        if ctx.precision is not None and self._inside_guarding_call(ctx):
+            return
+        clamped = f"{node_code(count_node)}.clamp(min=1)" if is_atom(count_node) else f"({node_code(count_node)}).clamp(min=1)"
+        edits = (ctx.replace(denominator, clamped),)
+        num_c = node_code(ctx.canonical(numerator))
+        den_c = ctx.canonical(denominator)
+        den_text = node_code(strip_parens(den_c))
+        fixed = cst.parse_expression(f"({num_c}) / ({den_text}).clamp(min=1)")
+        ctx.report(
+            self,
+            node,
+            message=(
+                "Masked mean divided by the mask's count: when the mask is all False this is "
+                "0 / 0 = NaN (and the gradient NaN); clamp the count at 1, or guard with "
+                "`if mask.any()`"
+            ),
+            edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+        )
+
+    @staticmethod
+    def _exempt(ctx: FileContext, mask: cst.BaseExpression) -> bool:
+        """Masks whose emptiness is no surprise or impossible: `~torch.isnan(v)` (a nanmean:
+        NaN when every value is NaN already), `labels == c` inside `for c in ...` (c is drawn
+        from the values), and a mean that is only formatted into a message."""
+        if any(isinstance(n, (cst.FormattedStringExpression, cst.Assert)) for n in ctx.stack):
+            return True
+        bare = strip_parens(mask)
+        value = ctx.value_of(bare, 2) if isinstance(bare, cst.Name) else bare
+        for n in _descendants(value):
+            if _torch_call(ctx, n, "isnan", "isfinite", "isinf") is not None:
+                return True
+        loop_targets = set()
+        for n in ctx.stack:
+            fors = []
+            if isinstance(n, cst.For):
+                fors.append(n)
+            elif isinstance(n, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                comp = n.for_in
+                while comp is not None:
+                    fors.append(comp)
+                    comp = comp.inner_for_in
+            for f in fors:
+                loop_targets |= {dotted_name(t) for t in _descendants(f.target)
+                                 if isinstance(t, (cst.Name, cst.Attribute))}
+        loop_targets.discard(None)
+        if loop_targets:
+            for n in _descendants(_strip_casts(ctx, value)):
+                if isinstance(n, cst.Comparison) and any(
+                    isinstance(c.operator, cst.Equal) for c in n.comparisons
+                ):
+                    sides = [n.left] + [c.comparator for c in n.comparisons]
+                    if any(dotted_name(strip_parens(x)) in loop_targets for x in sides):
+                        return True
+        return False
+
+    @staticmethod
+    def _inside_guarding_call(ctx: FileContext) -> bool:
+        """Inside `torch.nan_to_num(...)`: the NaN is repaired where it is made."""
+        for n in ctx.stack:
+            if isinstance(n, cst.Call) and _torch_call(ctx, n, "nan_to_num") is not None:
+                return True
+        return False
+
+    @staticmethod
+    def _needs_parens(ctx: FileContext, node: cst.CSTNode) -> bool:
+        if getattr(node, "lpar", None):
+            return False
+        parent = ctx.stack[-2] if len(ctx.stack) >= 2 else None
+        return isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Attribute,
+                                   cst.Subscript, cst.Comparison))
+
+    @staticmethod
+    def _handled_after(ctx: FileContext, node: cst.CSTNode) -> bool:
+        from .log_eps import handled_afterwards
+
+        return handled_afterwards(ctx, node)
