@@ -1,0 +1,754 @@
+"""Statistics written by hand: normalization without an epsilon (NAN205), variance as
+E[x^2] - E[x]^2 (NAN118), the log of a product (NAN117), and atan of a ratio (NAN114)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import libcst as cst
+
+from ..context import FileContext, is_atom, node_code, strip_parens
+from ..ops import Op, number_value, split_args
+from ..ranges import guard, probability_source, sign
+from .base import SAFE, UNSAFE, Rule
+
+Env = Optional[dict]
+
+# Ops the shared table does not list, recognized here only.
+_EXTRA_FUNCTIONS = {
+    "torch.rsqrt": "rsqrt",
+    "torch.var": "var",
+    "torch.std": "std",
+    "torch.var_mean": "var_mean",
+    "torch.std_mean": "std_mean",
+    "torch.prod": "prod",
+    "torch.atan": "atan",
+    "torch.arctan": "atan",
+}
+_EXTRA_METHODS = {
+    "rsqrt": ("rsqrt", (0,)),
+    "var": ("var", (0, 1, 2, 3)),
+    "std": ("std", (0, 1, 2, 3)),
+    "prod": ("prod", (0, 1, 2)),
+    "atan": ("atan", (0,)),
+    "arctan": ("atan", (0,)),
+    "mean": ("mean", (2,)),  # x.mean(dim, keepdim)
+}
+_EPS = "1e-5"
+_DEPTH = 5
+
+
+def op_of(ctx: FileContext, node: Optional[cst.CSTNode]) -> Optional[Op]:
+    """`ctx.op(node)`, extended with the statistics and trigonometry ops this module needs."""
+    if node is None:
+        return None
+    node = strip_parens(node) if isinstance(node, cst.BaseExpression) else node
+    op = ctx.op(node)
+    if op is not None or not isinstance(node, cst.Call):
+        return op
+    split = split_args(node.args)
+    if split is None:
+        return None
+    positional, keywords = split
+    qualname = ctx.qualname(node.func)
+    if qualname is not None:
+        if qualname.startswith("torch.Tensor."):
+            method = _EXTRA_METHODS.get(qualname[len("torch.Tensor."):])
+            if method is None or not positional:
+                return None
+            return Op(method[0], positional, keywords, node, "function", node.func)
+        name = _EXTRA_FUNCTIONS.get(qualname)
+        if name is None:
+            return None
+        if not positional and "input" in keywords:
+            positional = [keywords.pop("input")]
+        if not positional:
+            return None
+        return Op(name, positional, keywords, node, "function", node.func)
+    if isinstance(node.func, cst.Attribute):
+        method = _EXTRA_METHODS.get(node.func.attr.value)
+        if method is None or len(positional) not in method[1]:
+            return None
+        if ctx.qualname(node.func.value) is not None:
+            return None
+        return Op(method[0], [node.func.value] + positional, keywords, node, "method", node.func)
+    return None
+
+
+def _resolve(ctx: FileContext, expr: cst.BaseExpression, env: Env) -> Tuple[cst.BaseExpression, Env, bool]:
+    """Strip parentheses and follow a local name; also whether a name was followed."""
+    expr = strip_parens(expr)
+    if isinstance(expr, cst.Name):
+        value, new_env = ctx.resolve(expr, env)
+        if value is not expr:
+            return strip_parens(value), new_env, True
+    return expr, env, False
+
+
+def _same(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    return node_code(strip_parens(a)).strip() == node_code(strip_parens(b)).strip()
+
+
+def _wrapped(ctx: FileContext, node: cst.BaseExpression) -> str:
+    """The source of `node`, parenthesized unless it is an atom."""
+    text = ctx.code(node)
+    return text if is_atom(node) else f"({text})"
+
+
+def _canon(ctx: FileContext, node: cst.BaseExpression, atom: bool = False) -> str:
+    canonical = ctx.canonical(node)
+    text = node_code(canonical)
+    if atom and not is_atom(canonical):
+        text = f"({text})"
+    return text
+
+
+def _squared(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """X for `X ** 2`, `X.pow(2)`, `torch.square(X)`, `X * X`, else None."""
+    op = op_of(ctx, expr)
+    if op is None or op.kwargs:
+        return None
+    if op.name == "pow" and len(op.args) == 2 and number_value(strip_parens(op.args[1])) == 2.0:
+        return op.args[0]
+    if op.name == "square" and len(op.args) == 1:
+        return op.args[0]
+    if op.name == "mul" and len(op.args) == 2 and _same(op.args[0], op.args[1]):
+        return op.args[0]
+    return None
+
+
+# --------------------------------------------------------------------------- NAN205
+
+
+def _numpy_origin(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: int = 4) -> bool:
+    """`expr` is visibly a NumPy array (`np.array(...)`, `a.astype(...)`, `t.numpy()`, indexed
+    or through local names): NumPy statistics are not this linter's business."""
+    if depth <= 0:
+        return False
+    expr, env, _ = _resolve(ctx, expr, env)
+    if isinstance(expr, cst.Subscript):
+        return _numpy_origin(ctx, expr.value, env, depth - 1)
+    if isinstance(expr, cst.Call):
+        full = ctx.qualname(expr.func)
+        if full is not None:
+            return full.split(".")[0] == "numpy"
+        if isinstance(expr.func, cst.Attribute):
+            if expr.func.attr.value in ("astype", "numpy"):
+                return True
+            return _numpy_origin(ctx, expr.func.value, env, depth - 1)
+    return False
+
+
+def _spread(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: int = _DEPTH) -> Optional[str]:
+    """"var" or "std" where `expr` is visibly a variance / standard deviation with nothing
+    keeping it away from 0 (`x.var()`, `torch.std(x, 1)`, `torch.var_mean(x)[0]`,
+    `((x - m) ** 2).mean(-1)`, `torch.sqrt(var)`, through local names), else None."""
+    if depth <= 0:
+        return None
+    if guard(ctx, expr, env) is not None:
+        return None
+    expr, env, _ = _resolve(ctx, expr, env)
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
+        index = expr.slice[0].slice
+        inner = op_of(ctx, expr.value)
+        if (
+            inner is not None
+            and inner.name in ("var_mean", "std_mean")
+            and isinstance(index, cst.Index)
+            and number_value(index.value) == 0.0
+        ):
+            return inner.name[:3]
+        return None
+    op = op_of(ctx, expr)
+    if op is None:
+        return None
+    if op.name in ("var", "std"):
+        return None if _numpy_origin(ctx, op.args[0], env) else op.name
+    if op.name == "mean" and op.args:
+        squared, senv, _ = _resolve(ctx, op.args[0], env)
+        base = _squared(ctx, squared)
+        if base is not None:
+            diff = op_of(ctx, _resolve(ctx, base, senv)[0])
+            if diff is not None and diff.name == "sub":
+                return "var"
+        return None
+    if op.name == "sqrt" and len(op.args) == 1 and not op.kwargs:
+        return "std" if _spread(ctx, op.args[0], env, depth - 1) == "var" else None
+    if op.name == "pow" and len(op.args) == 2 and number_value(strip_parens(op.args[1])) == 0.5:
+        return "std" if _spread(ctx, op.args[0], env, depth - 1) == "var" else None
+    return None
+
+
+class NormalizationWithoutEpsilon(Rule):
+    code = "NAN205"
+    name = "normalization-without-epsilon"
+    message = (
+        "Division by a standard deviation (or `rsqrt` of a variance) with no epsilon: a constant "
+        "input has variance 0, so the result is inf/NaN and so is its gradient; add an epsilon "
+        "or use `F.layer_norm`"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Add an epsilon (1e-5) to the variance / standard deviation"
+    # Every spread it reports is a var/std call or a hand-written mean of squares.
+    triggers = r"\b(?:var|std|var_mean|std_mean|mean)\s*\("
+    summary = "`x / x.std()`, `rsqrt(x.var())` with no epsilon: inf/NaN on a constant input."
+    why = """\
+A variance is exactly 0 whenever the values it is taken over are all equal: a padded
+row, a blank image, a feature that is constant in a batch, a group of one. `rsqrt(0)` is
+inf, `x - mean` is 0, and `0 * inf` (or `0 / 0` for `(x - mean) / std`) is NaN: the whole
+normalized row is NaN in the forward pass, and so is every gradient flowing through it.
+Nearly constant inputs are almost as bad: the gradient of `rsqrt(var)` grows as `var ** -1.5`.
+
+The built-in layers (`F.layer_norm`, `nn.LayerNorm`, `nn.BatchNorm*`, `F.group_norm`,
+`F.instance_norm`) add `eps` (1e-5 by default) inside the square root and compute their
+statistics in float32 on half inputs. A hand-written normalization should do the same.
+An epsilon of 1e-5 is not enough in float16 by itself, though: on a constant row the
+gradient is about `1 / sqrt(1e-5) * n` (1107 for 8 values in float32), and in float16 the
+intermediate `rsqrt(var + 1e-5) ** 3` term overflows: the measured gradient is NaN. Compute
+the statistics in float32 (`x.float()`), or call `F.layer_norm`, which does so.
+
+Not reported: a variance or std that has an epsilon added (`x.var() + eps`,
+`torch.sqrt(var + 1e-6)`, `std + self.eps`), that is clamped (`std.clamp(min=1e-6)`,
+`torch.maximum(std, eps)`), and values of unknown origin (`self.std`, a parameter): the rule
+reports only a spread it can see being computed.
+"""
+    example = """\
+```python
+import torch
+
+def standardize(x):
+    return (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True)
+
+def rms_scale(h):
+    var = h.pow(2).mean(-1, keepdim=True)
+    return h * torch.rsqrt(var)
+
+def whiten(x):
+    return (x - x.mean(0)) * torch.rsqrt(x.var(0))
+```"""
+    use_instead = """\
+```python
+import torch
+import torch.nn.functional as F
+
+def standardize(x):
+    return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-5)
+
+def rms_scale(h):
+    var = h.float().pow(2).mean(-1, keepdim=True)
+    return h * torch.rsqrt(var + 1e-6).to(h.dtype)
+
+def whiten(x):
+    return F.layer_norm(x, x.shape[-1:])  # when normalizing over the last dimension
+```"""
+    measured = """\
+A row of 8 equal values (3.0), torch 2.13 CPU. Gradient of `sum(y * arange(8))` w.r.t. x.
+
+| expression | dtype | forward | gradient |
+|---|---|---|---|
+| `(x - x.mean()) * torch.rsqrt(x.var())` | float32, float16, bfloat16 | NaN | NaN |
+| `(x - x.mean()) / x.std()` | float32, float16, bfloat16 | NaN | NaN |
+| `(x - x.mean()) * torch.rsqrt(x.var(unbiased=False) + 1e-5)` | float32 | 0 | -1107, -791, -474, ... |
+| same | bfloat16 | 0 | -1104, -788, -472, ... |
+| same | **float16** | 0 | **NaN** |
+| same, row 3.000 + 0.001 * arange(8) | **float16** | finite | **inf** |
+| `(x - x.mean()) / (x.std() + 1e-5)` | float32 | 0 | -3.5e5, -2.5e5, ... |
+| same | **float16** | 0 | **-inf, NaN** |
+| `F.layer_norm(x, (8,))` | float16 | 0 | -1107, -790.5, -474.5, ... |
+| the `rsqrt(var + 1e-5)` form computed on `x.float()`, cast back | float16 | 0 | -1107, -791, -474.5, ... |
+"""
+    fix_notes = """\
+Unsafe: adding an epsilon changes every value (slightly where the variance is large,
+completely where it is near 0, which is the point). The fix adds `1e-5` inside `rsqrt` /
+`sqrt` (`torch.rsqrt(var)` -> `torch.rsqrt(var + 1e-5)`) and to a standard deviation used
+as a divisor (`/ std` -> `/ (std + 1e-5)`), the epsilon `nn.LayerNorm` uses. It makes the
+forward pass finite in every dtype and the float32/bfloat16 gradient finite; the float16
+gradient on a (nearly) constant row still overflows (see the table): for half-precision
+training compute the statistics in float32 or use `F.layer_norm` / `nn.LayerNorm`. Choose a
+larger epsilon where the data's scale calls for it.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.nn.LayerNorm.html",
+        "https://pytorch.org/docs/stable/generated/torch.rsqrt.html",
+        "https://pytorch.org/docs/stable/generated/torch.std.html",
+    )
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        op = op_of(ctx, node)
+        if op is None or op.kwargs:
+            return
+        if op.name == "rsqrt" and len(op.args) == 1:
+            if _spread(ctx, op.args[0]) != "var":
+                return
+            target = op.args[0]
+            edit = self._add_eps(ctx, target, inside_call=op.style == "function")
+            fixed = self._fixed_rsqrt(ctx, op)
+        elif op.name == "div" and len(op.args) == 2:
+            denominator = op.args[1]
+            if _spread(ctx, denominator) != "std":
+                return
+            if _spread(ctx, op.args[0]) is not None:
+                # `std_text / std_cfg`: matching one spread to another (diffusers'
+                # guidance rescale), not normalizing data; both spreads of model outputs.
+                return
+            edit, fixed = self._div_fix(ctx, op, denominator)
+        else:
+            return
+        ctx.report(
+            self,
+            node,
+            edits=(edit,) if edit is not None else (),
+            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+        )
+
+    def _add_eps(self, ctx: FileContext, target: cst.BaseExpression, inside_call: bool):
+        text = ctx.code(target) + f" + {_EPS}"
+        if not inside_call and not getattr(target, "lpar", None):
+            text = f"({text})"
+        return ctx.replace(target, text)
+
+    def _fixed_rsqrt(self, ctx: FileContext, op: Op) -> cst.BaseExpression:
+        return cst.parse_expression(f"torch.rsqrt({_canon(ctx, op.args[0])} + {_EPS})")
+
+    def _div_fix(self, ctx: FileContext, op: Op, denominator: cst.BaseExpression):
+        numerator = _canon(ctx, op.args[0], atom=True)
+        bottom = strip_parens(denominator)
+        inner = op_of(ctx, bottom)
+        if inner is not None and inner.name == "sqrt" and len(inner.args) == 1 and not inner.kwargs:
+            edit = self._add_eps(ctx, inner.args[0], inside_call=inner.style == "function")
+            fixed = f"{numerator} / torch.sqrt({_canon(ctx, inner.args[0])} + {_EPS})"
+        else:
+            text = ctx.code(denominator) + f" + {_EPS}"
+            if op.style == "operator" and not getattr(denominator, "lpar", None):
+                text = f"({text})"  # `a / std` -> `a / (std + 1e-5)`; `a.div(std + 1e-5)`
+            edit = ctx.replace(denominator, text)
+            fixed = f"{numerator} / ({_canon(ctx, denominator)} + {_EPS})"
+        return edit, cst.parse_expression(fixed)
+
+
+# --------------------------------------------------------------------------- NAN118
+
+_MEAN_KEYWORDS = {"dim", "keepdim"}
+
+
+def _mean_parts(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[Op, cst.BaseExpression]]:
+    """(the mean op, its operand) for `X.mean(...)`/`torch.mean(X, ...)` with only dim /
+    keepdim arguments."""
+    op = op_of(ctx, expr)
+    if op is None or op.name != "mean" or not op.args or set(op.kwargs) - _MEAN_KEYWORDS:
+        return None
+    if len(op.args) > 3:
+        return None
+    return op, op.args[0]
+
+
+def _same_dims(a: Op, b: Op) -> bool:
+    if len(a.args) != len(b.args) or set(a.kwargs) != set(b.kwargs):
+        return False
+    if any(not _same(x, y) for x, y in zip(a.args[1:], b.args[1:])):
+        return False
+    return all(_same(a.kwargs[k], b.kwargs[k]) for k in a.kwargs)
+
+
+def _cancellation(ctx: FileContext, node: cst.BaseExpression):
+    """(mean of the squares, mean of X, X, whether a local name was followed) for
+    `E[X^2] - E[X]^2`, else None."""
+    op = op_of(ctx, node)
+    if op is None or op.name != "sub" or len(op.args) != 2 or op.kwargs:
+        return None
+    left, _, left_local = _resolve(ctx, op.args[0], None)
+    right, _, right_local = _resolve(ctx, op.args[1], None)
+    first = _mean_parts(ctx, left)
+    if first is None:
+        return None
+    mean_sq, squared = first
+    base = _squared(ctx, strip_parens(squared))
+    if base is None:
+        return None
+    mean_of = _squared(ctx, right)
+    if mean_of is None:
+        return None
+    mean_of, _, local = _resolve(ctx, mean_of, None)
+    second = _mean_parts(ctx, mean_of)
+    if second is None:
+        return None
+    right_local = right_local or local
+    mean_x, x = second
+    if not _same(x, base) or not _same_dims(mean_sq, mean_x):
+        return None
+    return mean_sq, base, left_local or right_local
+
+
+class VarianceByCancellation(Rule):
+    code = "NAN118"
+    name = "variance-by-cancellation"
+    message = (
+        "Variance computed as `E[x^2] - E[x]^2`: the two terms cancel, so for data far from 0 "
+        "the result has no correct digits and can be negative (sqrt/rsqrt of it is NaN); use "
+        "`x.var(dim, correction=0)`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Use `var(..., correction=0)`"
+    triggers = r"\bmean\s*\("
+    summary = "`(x ** 2).mean() - x.mean() ** 2`: catastrophic cancellation, negative variance."
+    why = """\
+`E[x^2] - E[x]^2` is the variance in exact arithmetic, but in floating point both terms are
+about `mean ** 2` and their difference is the small number wanted. With data at 1000 and a
+spread of 0.01, float32 keeps about 7 digits of `1e6`, so the difference is rounding noise
+of size 0.06 around a true variance of 1e-4: measured -0.125. A negative variance makes
+`sqrt`, `rsqrt` and `std` NaN; a zero one divides by zero. In float16 `x ** 2` overflows at
+|x| > 256 (inf - inf = NaN), and bfloat16 rounds both terms to the same number (0).
+
+`torch.var(x, dim, correction=0)` is the same population variance computed from `x - mean`
+(two passes / Welford), accurate to the last digits whatever the offset.
+"""
+    example = """\
+```python
+def batch_stats(x):
+    mean = x.mean(0)
+    var = (x ** 2).mean(0) - x.mean(0) ** 2
+    return mean, var
+```"""
+    use_instead = """\
+```python
+def batch_stats(x):
+    mean = x.mean(0)
+    var = x.var(0, correction=0)
+    return mean, var
+```"""
+    measured = """\
+4096 values `c + 0.01 * randn` (true variance 1.0e-4), torch 2.13 CPU.
+
+| c | dtype | `(x ** 2).mean() - x.mean() ** 2` | `x.var(correction=0)` |
+|---|---|---|---|
+| 10 | float32 | 1.14e-4 (14% off) | 1.04e-4 |
+| 100 | float32 | **0** | 1.01e-4 |
+| 1000 | float32 | **-0.125** (sqrt: NaN) | 9.93e-5 |
+| 10 | float16 | **0** | 1.02e-4 |
+| 1000 | float16 | **NaN** (`x ** 2` overflows) | 0 (below float16 resolution of the mean) |
+| 10, 100, 1000 | bfloat16 | **0** | 4.8e-6, 0, 0 |
+"""
+    fix_notes = """\
+Safe: `var(correction=0)` divides by n as `mean` does, so the value is the same in exact
+arithmetic; the dimensions and `keepdim` are carried over (a positional `keepdim` is written
+as a keyword, since `torch.var(x, 1, True)` would read `True` as `unbiased`). Reported only
+where both means reduce over the same dimensions. Through local variables the finding has
+no fix.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.var.html",
+        "https://en.wikipedia.org/wiki/Algorithms_for_calculating_variance",
+    )
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        found = _cancellation(ctx, node)
+        if found is None or self._clamped(node, ctx):
+            return
+        mean, x, through_local = found
+        source_args = self._args(mean, ctx.code)
+        canon_args = self._args(mean, lambda n: node_code(ctx.canonical(n)))
+        x_canon = _canon(ctx, x)
+        fixed = cst.parse_expression(f"torch.var({', '.join([x_canon] + canon_args)})")
+        edits: Tuple = ()
+        if not through_local:
+            if mean.style == "function":
+                func, imports = ctx.spell("torch.var")
+                text = f"{func}({', '.join([ctx.code(strip_parens(x))] + source_args)})"
+                edits = (ctx.replace(node, text),) + imports
+            else:
+                text = f"{_wrapped(ctx, x)}.var({', '.join(source_args)})"
+                edits = (ctx.replace(node, text),)
+        ctx.report(self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed))
+
+    @staticmethod
+    def _clamped(node: cst.BaseExpression, ctx: FileContext) -> bool:
+        """`(E[x^2] - E[x]^2).clamp(0)`, `F.relu(...)`: the author chose the one-pass formula
+        (timm does, for speed on TPU) and cut its negative values off."""
+        for parent in reversed(ctx.stack[-4:-1]):
+            op = op_of(ctx, parent) if isinstance(parent, cst.Call) else None
+            if op is None or not op.args or op.args[0] is not node:
+                continue
+            if op.name == "relu":
+                return True
+            if op.name in ("clamp", "clamp_min"):
+                low = op.arg(1, "min")
+                value = number_value(strip_parens(low)) if low is not None else None
+                return value is not None and value >= 0
+        return False
+
+    @staticmethod
+    def _args(mean: Op, code) -> List[str]:
+        out: List[str] = []
+        if len(mean.args) > 1:
+            out.append(code(mean.args[1]))
+        elif "dim" in mean.kwargs:
+            out.append("dim=" + code(mean.kwargs["dim"]))
+        if len(mean.args) > 2:
+            out.append("keepdim=" + code(mean.args[2]))
+        elif "keepdim" in mean.kwargs:
+            out.append("keepdim=" + code(mean.kwargs["keepdim"]))
+        out.append("correction=0")
+        return out
+
+
+# --------------------------------------------------------------------------- NAN117
+
+
+def _evidently_positive(ctx: FileContext, p: cst.BaseExpression) -> bool:
+    """Probabilities, exp/softplus outputs, abs/squares/sqrt, clamped or positive values:
+    the log of each factor is defined, so `log(prod(p)) == sum(log(p))` exactly."""
+    if probability_source(ctx, p) is not None:
+        return True
+    if sign(ctx, p) == "nonneg":
+        return True
+    found = guard(ctx, p)
+    return found is not None and found.kind in ("clamp", "positive", "constant")
+
+
+class LogOfProd(Rule):
+    code = "NAN117"
+    name = "log-of-prod"
+    message = (
+        "`log` of a product: the product of many factors below 1 underflows to 0 (log = -inf, "
+        "gradient NaN) long before the log is small; sum the logs instead"
+    )
+    fix_applicability = SAFE
+    fix_title = "Sum the logs: `log(p).sum(dim)`"
+    triggers = r"\bprod\s*\("
+    summary = "`torch.log(torch.prod(p, d))`: the product underflows to 0, log is -inf; use `log(p).sum(d)`."
+    why = """\
+A product of factors below 1 shrinks geometrically: 100 probabilities of 0.3 multiply to
+5e-53, below float32's smallest subnormal (1.4e-45), so `prod` returns exactly 0 and `log`
+of it is -inf where the true value is -120.4. Float16 underflows after only about 10 such
+factors (0.3 ** 10 = 5.9e-6 is subnormal there, losing digits; the gradient is already
+inf), and bfloat16 has float32's range. The gradient of the log through the underflowed
+product is NaN (0 * inf). Products of factors above 1 overflow the same way.
+
+`log(p).sum(d)` never forms the product: each log is moderate and the sum of 100 of them is
+-120.4, exactly what was meant. The rewrite is exact for positive factors. For factors that
+can be negative it is not: `log(prod(p))` of two negative factors is finite, while the sum
+of their logs is NaN; the fix is then marked unsafe.
+"""
+    example = """\
+```python
+import torch
+
+def sequence_log_likelihood(token_probs):
+    return torch.log(torch.prod(token_probs, dim=-1))
+```"""
+    use_instead = """\
+```python
+import torch
+
+def sequence_log_likelihood(token_probs):
+    return torch.log(token_probs).sum(dim=-1)
+```"""
+    measured = """\
+n equal factors 0.3, torch 2.13 CPU (true value n * log(0.3)).
+
+| n | dtype | `torch.log(torch.prod(p))` | its gradient | `torch.log(p).sum()` | its gradient |
+|---|---|---|---|---|---|
+| 50 | float32 | -60.1986 | 3.333 | -60.1986 | 3.333 |
+| 100 | float32 | **-inf** | **NaN** | -120.397 | 3.333 |
+| 100 | bfloat16 | **-inf** | **NaN** | -120.5 | 3.33 |
+| 10 | float16 | -12.04 | **inf** | -12.04 | 3.33 |
+"""
+    fix_notes = """\
+Safe where every factor is evidently positive (a probability from `softmax`/`sigmoid`, an
+`exp`, `softplus`, `abs`, a square, a clamped value): `log(a * b) = log(a) + log(b)` exactly
+in real arithmetic. Elsewhere the fix is unsafe: for negative factors `log(prod)` can be
+finite where the sum of logs is NaN. The dimension and `keepdim` arguments move to `sum`
+unchanged; `log` keeps its spelling (`p.prod(-1).log()` -> `p.log().sum(-1)`). A `prod`
+with `dtype=` and one reached through a local variable are reported without a fix.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.prod.html",
+        "https://en.wikipedia.org/wiki/Log_probability",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        op = op_of(ctx, node)
+        if op is None or op.name != "log" or len(op.args) != 1 or op.kwargs:
+            return
+        arg, _, through_local = _resolve(ctx, op.args[0], None)
+        prod = op_of(ctx, arg)
+        if prod is None or prod.name != "prod" or not prod.args:
+            return
+        p = prod.args[0]
+        positive = _evidently_positive(ctx, p)
+        edits: Tuple = ()
+        rest_src = [ctx.code(a) for a in prod.args[1:]] + [
+            f"{k}={ctx.code(v)}" for k, v in prod.kwargs.items()
+        ]
+        rest_canon = [node_code(ctx.canonical(a)) for a in prod.args[1:]] + [
+            f"{k}={node_code(ctx.canonical(v))}" for k, v in prod.kwargs.items()
+        ]
+        if "dtype" in prod.kwargs:
+            through_local = True  # no fix
+        if not through_local:
+            if op.style == "method":
+                text = f"{_wrapped(ctx, strip_parens(p))}.log().sum({', '.join(rest_src)})"
+            else:
+                text = f"{ctx.code(node.func)}({ctx.code(strip_parens(p))}).sum({', '.join(rest_src)})"
+            edits = (ctx.replace(node, text),)
+        fixed = cst.parse_expression(f"torch.log({_canon(ctx, p)}).sum({', '.join(rest_canon)})")
+        domains = {}
+        canon_p = strip_parens(ctx.canonical(p))
+        if not positive and isinstance(canon_p, cst.Name):
+            domains[canon_p.value] = (0.0, 1.0)
+        ctx.report(
+            self,
+            node,
+            edits=edits,
+            applicability=SAFE if positive else UNSAFE,
+            probe=ctx.expression_probe(ctx.canonical(node), fixed, domains),
+        )
+
+
+# --------------------------------------------------------------------------- NAN114
+
+
+def _tuple_guarded(ctx: FileContext, x: cst.BaseExpression) -> bool:
+    """`w1, h1 = x2 - x1, y2 - y1 + eps` somewhere in the enclosing function (the engine does
+    not follow tuple assignments): the divisor `h1` got its epsilon there."""
+    x = strip_parens(x)
+    if not isinstance(x, cst.Name):
+        return False
+    function = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+    if function is None:
+        return False
+    found: List[bool] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            value = strip_parens(node.value)
+            for target in node.targets:
+                t = strip_parens(target.target)
+                if (
+                    isinstance(t, cst.Tuple)
+                    and isinstance(value, cst.Tuple)
+                    and len(t.elements) == len(value.elements)
+                ):
+                    for te, ve in zip(t.elements, value.elements):
+                        if isinstance(te.value, cst.Name) and te.value.value == x.value:
+                            found.append(guard(ctx, ve.value) is not None)
+
+    function.body.visit(Finder())
+    return any(found)
+
+
+class AtanOfRatio(Rule):
+    code = "NAN114"
+    name = "atan-of-ratio"
+    message = (
+        "`atan(y / x)`: at x = 0 the ratio is inf or NaN (0/0) and the gradient is NaN, and for "
+        "x < 0 the angle is in the wrong quadrant; use `torch.atan2(y, x)`"
+    )
+    fix_applicability = UNSAFE
+    fix_title = "Use `torch.atan2(y, x)`"
+    triggers = r"\b(?:atan|arctan)\b"
+    summary = "`torch.atan(y / x)`: NaN at x = 0 (value at 0/0, gradient always), wrong quadrant for x < 0."
+    why = """\
+`atan(y / x)` first divides: at x = 0 the ratio is ±inf (atan gives ±pi/2, but the gradient
+w.r.t. both y and x is NaN: `1/x * 1/(1 + inf^2)` is `inf * 0`), and at x = y = 0 it is
+0/0 = NaN in the forward pass too. It also folds the plane in half: `atan(1 / -1)` is
+-pi/4 where the angle of (x, y) = (-1, 1) is 3pi/4.
+
+`torch.atan2(y, x)` takes both coordinates: it is finite everywhere (0 at the origin by
+convention), returns the angle in (-pi, pi], and its gradient `(-y, x) / (x^2 + y^2)` is
+finite away from the origin (0 at it, in PyTorch).
+
+Reported inside `torch.no_grad()` too: the wrong quadrant and the 0/0 are errors of the
+value, not only of the gradient. Not reported where the divisor is kept away from 0 (an
+epsilon, a clamp, a positive constant), also when that happened in a tuple assignment
+(`w1, h1 = x2 - x1, y2 - y1 + eps`).
+"""
+    example = """\
+```python
+import torch
+
+def heading(dx, dy):
+    return torch.atan(dy / dx)
+```"""
+    use_instead = """\
+```python
+import torch
+
+def heading(dx, dy):
+    return torch.atan2(dy, dx)
+```"""
+    measured = """\
+torch 2.13 CPU, the same in float32, float16 and bfloat16 (values rounded to the dtype).
+
+| (y, x) | `torch.atan(y / x)` | gradient (y, x) | `torch.atan2(y, x)` | gradient (y, x) |
+|---|---|---|---|---|
+| (1, 0) | 1.5708 | **NaN, NaN** | 1.5708 | 0, -1 |
+| (0, 0) | **NaN** | **NaN, NaN** | 0 | 0, 0 |
+| (1, -1) | **-0.785** | -0.5, -0.5 | 2.356 | -0.5, -0.5 |
+| (-1, -1) | **0.785** | -0.5, 0.5 | -2.356 | -0.5, 0.5 |
+
+The fix has a limit of its own: the backward pass of `atan2` computes `1 / (x^2 + y^2)`,
+which overflows near the origin. Gradient w.r.t. y at y = x = s:
+
+| s | dtype | `atan(y / x)` | `atan2(y, x)` |
+|---|---|---|---|
+| 4e-3 | float16 | 124.9 | 124.8 |
+| 1e-3 | float16 | 499.75 | **inf** |
+| 1e-19 | float16 (both subnormal or 0) | **NaN** | 0 |
+| 1e-20 | float32, bfloat16 | 5.0e19 | **inf** |
+"""
+    fix_notes = """\
+Unsafe: `atan2` is not the same function. For x > 0 it equals `atan(y / x)`; for x < 0 it
+differs by ±pi (the true angle rather than the folded one), and at x = 0 it is finite
+(±pi/2, or 0 at the origin) with a finite gradient. Code that relies on the folded range
+(-pi/2, pi/2), for example an aspect-ratio term such as `atan(w / h)` with positive sizes,
+gets the same values for x > 0. Near the origin `atan2`'s own gradient overflows (see the
+second table: below |x|, |y| of about 1e-3 in float16, 1e-20 in float32): for half-precision
+inputs that small, compute the angle in float32. The verifier reports this as the fix
+failing there, which is accurate. Not reported where the divisor is kept away from 0 (`h + eps`,
+`h.clamp(min=eps)`, a positive constant). Through a local variable
+(`r = y / x; torch.atan(r)`) the finding has no fix.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.atan2.html",
+        "https://en.wikipedia.org/wiki/Atan2",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        op = op_of(ctx, node)
+        if op is None or op.name != "atan" or len(op.args) != 1 or op.kwargs:
+            return
+        arg, _, through_local = _resolve(ctx, op.args[0], None)
+        div = op_of(ctx, arg)
+        if div is None or div.name != "div" or len(div.args) != 2 or div.kwargs:
+            return
+        y, x = div.args
+        if guard(ctx, x) is not None or _tuple_guarded(ctx, x):
+            return
+        edits: Tuple = ()
+        if not through_local:
+            func, imports = ctx.spell("torch.atan2")
+            text = f"{func}({ctx.code(strip_parens(y))}, {ctx.code(strip_parens(x))})"
+            edits = (ctx.replace(node, text),) + imports
+        fixed = cst.parse_expression(f"torch.atan2({_canon(ctx, y)}, {_canon(ctx, x)})")
+        # The fix is meant to agree with the original where x > 0; x < 0 is the quadrant
+        # the original gets wrong on purpose-blind code, so the probe sweeps x >= 0.
+        domains: Dict[str, Tuple[float, float]] = {}
+        canon_x = strip_parens(ctx.canonical(x))
+        if isinstance(canon_x, cst.Name):
+            domains[canon_x.value] = (0.0, 1000.0)
+        ctx.report(
+            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed, domains)
+        )
