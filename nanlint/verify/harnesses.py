@@ -507,6 +507,64 @@ def cross_entropy_all_ignored(params: Mapping[str, Any], device: str) -> Verific
                     "the loss stayed finite")
 
 
+def loss_on_probabilities(params: Mapping[str, Any], device: str) -> Verification:
+    """kl_div / nll_loss / cross_entropy fed probabilities instead of what they expect: on a
+    confidently wrong batch the original's gradient all but vanishes, the fix's does not."""
+    loss = str(params.get("loss") or "cross_entropy")
+    forms = {
+        "kl_div": ("F.kl_div(F.softmax(logits, -1), target, reduction='batchmean')",
+                   "F.kl_div(F.log_softmax(logits, -1), target, reduction='batchmean')"),
+        "nll_loss": ("F.nll_loss(F.softmax(logits, -1), labels)",
+                     "F.nll_loss(F.log_softmax(logits, -1), labels)"),
+        "cross_entropy": ("F.cross_entropy(F.softmax(logits, -1), labels)",
+                          "F.cross_entropy(logits, labels)"),
+    }
+    if loss not in forms:
+        return not_verifiable(f"loss-on-probabilities: unknown loss {loss!r}", device)
+    original_code, fixed_code = forms[loss]
+    scenario = Scenario("loss-on-probabilities", dict(params), original_code=f"loss = {original_code}",
+                        fixed_code=f"loss = {fixed_code}")
+    scenario.set(device, torch.float32)
+    # A confidently wrong batch: every row puts a margin of 20 on a wrong class.
+    classes, margin = 10, 20.0
+    labels = torch.arange(8, device=device) % classes
+    wrong = (labels + 1) % classes
+    logits = torch.zeros(8, classes, device=device)
+    logits[torch.arange(8), wrong] = margin
+    logits.requires_grad_(True)
+    target = F.one_hot(labels, classes).float().clamp(min=1e-6)
+    target = target / target.sum(-1, keepdim=True)
+
+    def run(kind: str) -> Tuple[float, float]:
+        if loss == "kl_div":
+            inp = F.softmax(logits, -1) if kind == "original" else F.log_softmax(logits, -1)
+            value = F.kl_div(inp, target, reduction="batchmean")
+        elif loss == "nll_loss":
+            inp = F.softmax(logits, -1) if kind == "original" else F.log_softmax(logits, -1)
+            value = F.nll_loss(inp, labels)
+        else:
+            inp = F.softmax(logits, -1) if kind == "original" else logits
+            value = F.cross_entropy(inp, labels)
+        grad = torch.autograd.grad(value, logits)[0]
+        return float(value.detach()), float(grad.norm())
+
+    loss_o, grad_o = run("original")
+    loss_f, grad_f = run("fix")
+    scenario.add("loss", loss_o, loss_f)
+    scenario.add("gradient norm", grad_o, grad_f, "the fix's, within a factor of 10")
+    finite = all(math.isfinite(v) for v in (loss_o, grad_o, loss_f, grad_f))
+    original_fails = finite and grad_o < 1e-2 * grad_f
+    fix_holds = finite and grad_f > 0.1
+    w = _harness_witness(
+        f"{loss} on probabilities, confidently wrong batch (margin {margin:g}, {classes} classes): "
+        f"gradient norm {fmt_number(grad_o)} against {fmt_number(grad_f)} with the expected input "
+        f"(loss {fmt_number(loss_o)} vs {fmt_number(loss_f)}) on {device}", device)
+    fw = _harness_witness(f"gradient norm {fmt_number(grad_f)}", device, which="fix")
+    return _verdict(original_fails, fix_holds, w, fw, scenario, device,
+                    "the loss on probabilities gives a confidently wrong model almost no gradient",
+                    "the gradients were comparable")
+
+
 def _summary(t: torch.Tensor) -> float:
     """A loss tensor as one number: the value, or its worst element."""
     t = t.detach().double().reshape(-1)
@@ -531,6 +589,7 @@ HARNESSES: Dict[str, Callable[[Mapping[str, Any], str], Verification]] = {
     "adam-eps-half": adam_eps_half,
     "cross-entropy-half": cross_entropy_half,
     "cross-entropy-all-ignored": cross_entropy_all_ignored,
+    "loss-on-probabilities": loss_on_probabilities,
 }
 
 
