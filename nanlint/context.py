@@ -526,6 +526,8 @@ _TENSOR_METHODS = set(TENSOR_METHOD) | {
     "squeeze", "unsqueeze", "transpose", "permute", "contiguous", "detach", "clone", "t",
     "expand", "expand_as", "view_as", "reshape_as", "gather", "index_select", "narrow",
     "select", "flip", "roll", "size", "dim", "norm", "where",
+    "rsqrt", "acos", "asin", "arccos", "arcsin", "numel", "count_nonzero", "any", "all",
+    "var", "std", "prod", "atan", "arctan", "atan2",
 }
 
 

@@ -571,10 +571,38 @@ def can_be_zero(
     m = _method(ctx, expr)
     if m is not None and m[0] == "relu_":
         return "a ReLU output"
+    if isinstance(expr, cst.Subscript) and selects_positive(ctx, expr, env):
+        return None
     inner = pass_through(ctx, expr)
     if inner is not None:
         return can_be_zero(ctx, inner, env, depth - 1)
     return None
+
+
+def selects_positive(ctx: FileContext, expr: cst.Subscript, env: Env = None) -> bool:
+    """`p[p > 0]`, `p[mask]` with `mask = p > 0` (also `!= 0`, `> eps`, `>= c` with c > 0):
+    the boolean index keeps only nonzero entries, so the result has no zeros."""
+    for element in expr.slice:
+        index = element.slice
+        if not isinstance(index, cst.Index):
+            continue
+        value, _ = _resolve(ctx, index.value, env)
+        if not isinstance(value, cst.Comparison) or len(value.comparisons) != 1:
+            continue
+        if node_code(strip_parens(value.left)) != node_code(strip_parens(expr.value)):
+            continue  # `p[q > 0]` says nothing about the zeros of p
+        target = value.comparisons[0]
+        bound = strip_parens(target.comparator)
+        number = number_value(bound)
+        if isinstance(target.operator, cst.NotEqual) and number == 0:
+            return True
+        if isinstance(target.operator, cst.GreaterThan) and (
+            number == 0 or positive_constant(ctx, bound, env) is not None
+        ):
+            return True
+        if isinstance(target.operator, cst.GreaterThanEqual) and positive_constant(ctx, bound, env) is not None:
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- for fixes
