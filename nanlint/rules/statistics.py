@@ -10,6 +10,7 @@ import libcst as cst
 from ..context import FileContext, is_atom, node_code, strip_parens
 from ..ops import Op, number_value, split_args
 from ..ranges import guard, probability_source, sign
+from .masking import _guarded_by_branch, _names
 from .base import SAFE, UNSAFE, Rule
 
 Env = Optional[dict]
@@ -179,6 +180,22 @@ def _spread(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: 
     return None
 
 
+def _normalizes(ctx: FileContext, numerator: cst.BaseExpression, denominator: cst.BaseExpression) -> bool:
+    """Whether `numerator / std` normalizes data: a centered value (`x - mean`), the tensor
+    whose spread is the denominator (`x / x.std()`), or a constant (`1 / std`). A stored
+    target scale over a fresh std (`target_std / emb.std()`, diffusers' textual-inversion
+    rescale) only matches one scale to another."""
+    value = strip_parens(ctx.value_of(strip_parens(numerator)))
+    if number_value(value) is not None:
+        return True
+    op = op_of(ctx, value)
+    if op is not None and op.name == "sub":
+        return True
+    return ctx.code(strip_parens(numerator)) in ctx.code(denominator) or (
+        value is not numerator and ctx.code(value) in ctx.code(ctx.value_of(strip_parens(denominator)))
+    )
+
+
 class NormalizationWithoutEpsilon(Rule):
     code = "NAN205"
     name = "normalization-without-epsilon"
@@ -297,9 +314,13 @@ larger epsilon where the data's scale calls for it.
                 # `std_text / std_cfg`: matching one spread to another (diffusers'
                 # guidance rescale), not normalizing data; both spreads of model outputs.
                 return
+            if not _normalizes(ctx, op.args[0], denominator):
+                return
             edit, fixed = self._div_fix(ctx, op, denominator)
         else:
             return
+        if _guarded_by_branch(ctx, _names(ctx, op.args[-1], follow=False)):
+            return  # `if (var < eps).any(): return ...` earlier, or an enclosing test
         ctx.report(
             self,
             node,
