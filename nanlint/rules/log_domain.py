@@ -136,7 +136,21 @@ def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> b
     if op.name == "neg" and len(op.args) == 1 and _find(ctx, op.args[0], _NONNEGATIVE_OPS, env) is not None:
         return True
     # A Gaussian `exp(-d**2 / (2 * s**2))` and the like: at most 1.
-    return sign(ctx, node, env) == "nonpos"
+    if sign(ctx, node, env) == "nonpos":
+        return True
+    # `-scale * (x - c) ** 2` with a scale of unknown sign: a Gaussian (Parzen) window by
+    # convention (monai's histogram weights); the scale is a positive precision.
+    if op.name in ("mul", "div") and len(op.args) == 2 and not op.kwargs:
+        def negated(e: cst.BaseExpression) -> bool:
+            inner = ctx.op(strip_parens(e))
+            value = number_value(strip_parens(e))
+            return (inner is not None and inner.name == "neg") or (value is not None and value < 0)
+
+        left, right = op.args
+        return (negated(left) and sign(ctx, right, env) == "nonneg") or (
+            op.name == "mul" and negated(right) and sign(ctx, left, env) == "nonneg"
+        )
+    return False
 
 
 def _key(ctx: FileContext, node: cst.BaseExpression, env: Env) -> str:
