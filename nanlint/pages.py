@@ -43,6 +43,8 @@ def render_page(rule: Type[Rule]) -> str:
     )
     parts.append("")
     parts.append(f"Message: {rule.message}.")
+    if rule.fails_in:
+        parts += ["", f"Fails in: {rule.fails_in}."]
     sections = [
         ("Why is this bad?", rule.why),
         ("Where it fails (measured)", rule.measured),
@@ -66,14 +68,15 @@ def render_catalog() -> str:
         "",
         "Generated from the rule classes (`python -m nanlint.pages`); `nanlint rule CODE` prints a page.",
         "",
-        "| code | name | what fails | fix | on by default |",
-        "|---|---|---|---|---|",
+        "| code | name | what fails | fails in | fix | exact | on by default |",
+        "|---|---|---|---|---|---|---|",
     ]
     for rule in all_rules():
         fix = rule.fix_applicability or "none"
+        exact = {"safe": "yes", "unsafe": "no"}.get(rule.fix_applicability or "", "—")
         lines.append(
             f"| [{rule.code}]({rule.code}.md) | {rule.name} | {rule.summary or rule.message} "
-            f"| {fix} | {'yes' if rule.default_enabled else 'no'} |"
+            f"| {rule.fails_in or '—'} | {fix} | {exact} | {'yes' if rule.default_enabled else 'no'} |"
         )
     return "\n".join(lines) + "\n"
 

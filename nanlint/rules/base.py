@@ -32,6 +32,8 @@ class Rule:
 
     # Documentation (Markdown). `measured` states where the original fails, with figures.
     summary: ClassVar[str] = ""
+    # In which dtypes (and where) it fails, for the catalog table.
+    fails_in: ClassVar[str] = ""
     why: ClassVar[str] = ""
     example: ClassVar[str] = ""
     use_instead: ClassVar[str] = ""

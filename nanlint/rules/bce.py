@@ -292,6 +292,7 @@ def _probe_domains(*exprs: cst.BaseExpression) -> Dict[str, Tuple[float, float]]
 
 class HandWrittenBCE(Rule):
     code = "NAN301"
+    fails_in = 'all (p rounds to 0 or 1)'
     name = "bce-by-hand"
     message = (
         "Binary cross-entropy written by hand: once p rounds to 0 or 1 (sigmoid(z) is 1.0 from "
@@ -593,6 +594,7 @@ def _is_sigmoid_model(ctx: FileContext, value) -> bool:
 
 class BCEOnSigmoid(Rule):
     code = "NAN302"
+    fails_in = 'all (gradient saturates); float16 NaN'
     name = "bce-on-sigmoid"
     message = (
         "`binary_cross_entropy` on a sigmoid output: log(p) is clamped at -100, so confidently "

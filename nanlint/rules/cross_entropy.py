@@ -355,6 +355,7 @@ class _LossRule(Rule):
 
 class CrossEntropyHalfLogits(_LossRule):
     code = "NAN303"
+    fails_in = 'float16'
     triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-half-logits"
     message = (
@@ -504,6 +505,7 @@ region (or a function decorated with one) are left alone."""
 
 class CrossEntropyNoUpcast(_LossRule):
     code = "NAN304"
+    fails_in = 'none (a policy: autocast already upcasts)'
     triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-no-upcast"
     message = (
@@ -751,6 +753,7 @@ def _in_fp32_autocast(ctx: FileContext) -> bool:
 
 class HalfSoftmaxMath(Rule):
     code = "NAN305"
+    fails_in = 'float16'
     triggers = r"half|float16|HalfTensor|autocast"
     name = "half-softmax-math"
     message = (

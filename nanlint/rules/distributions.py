@@ -138,6 +138,7 @@ _REDUCTIONS = ("sum", "mean")
 
 class EntropyByHand(Rule):
     code = "NAN116"
+    fails_in = 'all (p = 0)'
     name = "entropy-by-hand"
     message = (
         "Entropy written as `p * log(p)` where p can be exactly 0: 0 * log(0) = 0 * -inf is NaN, "
@@ -323,6 +324,7 @@ def _kl_terms(ctx: FileContext, node: cst.BaseExpression):
 
 class KlByHand(Rule):
     code = "NAN121"
+    fails_in = 'all (p or q = 0)'
     name = "kl-by-hand"
     message = (
         "KL divergence written as `p * (log p - log q)` where p can be exactly 0: "
@@ -508,6 +510,7 @@ def _masked_afterwards(ctx: FileContext) -> bool:
 
 class LogitByHand(Rule):
     code = "NAN115"
+    fails_in = 'all (p = 0 or 1)'
     name = "logit-by-hand"
     message = (
         "Logit written as `log(p / (1 - p))`: it is -inf at p = 0 and +inf at p = 1 (a "
@@ -647,6 +650,7 @@ def _negated_log(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.Bas
 
 class GumbelByHand(Rule):
     code = "NAN119"
+    fails_in = 'float16, bfloat16 (rand returns 0)'
     name = "gumbel-by-hand"
     message = (
         "Gumbel noise written as `-log(-log(u))` with u from `torch.rand`: rand can return "
@@ -843,6 +847,7 @@ def _upper_bound(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[f
 
 class ExpLogvar(Rule):
     code = "NAN120"
+    fails_in = 'float16 from 11.1; float32 from 88.7'
     name = "exp-logvar"
     message = (
         "`exp` of an unclamped log-variance: exp(x) overflows float16 from x = 11.09 "

@@ -375,6 +375,7 @@ def _function_node(ctx: FileContext) -> Optional[cst.FunctionDef]:
 
 class VanishingEpsilon(Rule):
     code = "NAN202"
+    fails_in = 'float16'
     name = "vanishing-epsilon"
     message = (
         "Epsilon literal at or below 2.98e-8 in float16 code: it rounds to 0 in float16, so the "
@@ -565,6 +566,7 @@ expression in float32 instead.
 
 class MaskedFillOverflow(Rule):
     code = "NAN203"
+    fails_in = 'float16'
     name = "masked-fill-overflow"
     message = (
         "Fill value beyond float16's range (±65504) on a tensor that may be float16: "
@@ -711,6 +713,7 @@ _HANDLED_AFTER = r"(?:nan_to_num\(\s*{n}\b|\b{n}\.nan_to_num\(|isnan\(\s*{n}\b|\
 
 class FullyMaskedSoftmax(Rule):
     code = "NAN204"
+    fails_in = 'all (a fully masked row)'
     name = "fully-masked-softmax"
     message = (
         "Softmax over scores masked with -inf: a row whose every entry is masked (a padded "

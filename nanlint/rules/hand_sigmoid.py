@@ -48,6 +48,7 @@ def one_plus_exp(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.Bas
 
 class HandWrittenSigmoid(Rule):
     code = "NAN101"
+    fails_in = 'all; float16 first (exponent > 11.1)'
     name = "sigmoid-by-hand"
     message = (
         "Sigmoid written with `exp`: once the exponent passes 11.09 in float16 (88.7 in "

@@ -330,6 +330,7 @@ def _single_dim(ctx: FileContext, node: Optional[cst.BaseExpression], env: Env) 
 
 class LogOfSoftmax(Rule):
     code = "NAN102"
+    fails_in = 'all; float16 first (logit gap > 17)'
     triggers = r"softmax"
     name = "log-of-softmax"
     message = (
@@ -425,6 +426,7 @@ are guarded (and not exactly `log_softmax`)."""
 
 class LogOfSigmoid(Rule):
     code = "NAN103"
+    fails_in = 'all; float16 first (x < -17)'
     triggers = r"sigmoid|expit"
     name = "log-of-sigmoid"
     message = (
@@ -564,6 +566,7 @@ to float."""
 
 class SoftplusByHand(Rule):
     code = "NAN104"
+    fails_in = 'all; float16 first (x > 11.1)'
     triggers = r"\bexp\b"
     name = "softplus-by-hand"
     message = (
@@ -668,6 +671,7 @@ raises on them)."""
 
 class LogOnePlus(Rule):
     code = "NAN105"
+    fails_in = 'all (accuracy only)'
     triggers = r"\blog\b"
     # Accuracy only (never a NaN): on the corpus most hits were benign step sizes in
     # float32 (diffusers schedulers), so this is opt-in for numerics-sensitive code.
@@ -769,6 +773,7 @@ A sum kept in a local variable is reported without a fix."""
 
 class ExpMinusOne(Rule):
     code = "NAN106"
+    fails_in = 'all (accuracy only)'
     triggers = r"\bexp\b"
     # Accuracy only (never a NaN): on the corpus most hits were benign step sizes in
     # float32 (diffusers schedulers), so this is opt-in for numerics-sensitive code.
@@ -870,6 +875,7 @@ Python numbers, and constants. An `exp` kept in a local variable is reported wit
 
 class LogsumexpByHand(Rule):
     code = "NAN107"
+    fails_in = 'all; float16 first (11.1)'
     triggers = r"\bexp\b"
     name = "logsumexp-by-hand"
     message = (
@@ -992,6 +998,7 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
 
 class SoftmaxByHand(Rule):
     code = "NAN108"
+    fails_in = 'all; float16 first (11.1)'
     triggers = r"\bexp\b"
     name = "softmax-by-hand"
     message = (

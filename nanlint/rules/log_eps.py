@@ -90,6 +90,7 @@ def handled_afterwards(ctx: FileContext, node: cst.BaseExpression) -> bool:
 
 class LogWithoutEpsilon(Rule):
     code = "NAN201"
+    fails_in = 'all (argument = 0)'
     name = "log-without-epsilon"
     message = (
         "`log` of a value that can be exactly 0 (a ReLU output, `1 - p`, a ratio of counts): "

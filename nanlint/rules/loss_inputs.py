@@ -219,6 +219,7 @@ def _harness(loss: str) -> Probe:
 
 class KLDivOnProbabilities(Rule):
     code = "NAN306"
+    fails_in = 'all (wrong input: vanishing gradient)'
     name = "kl-div-on-probabilities"
     triggers = r"kl_div|KLDivLoss"
     message = (
@@ -330,6 +331,7 @@ class _OnSoftmax(Rule):
 
 class NLLOnProbabilities(_OnSoftmax):
     code = "NAN307"
+    fails_in = 'all (wrong input: vanishing gradient)'
     name = "nll-on-probabilities"
     triggers = r"nll_loss|NLLLoss"
     loss_kind = "nll_loss"
@@ -402,6 +404,7 @@ Confidently wrong: one row with logit `m` on class 0, 0 elsewhere, target class 
 
 class CrossEntropyOnSoftmax(_OnSoftmax):
     code = "NAN308"
+    fails_in = 'all (double softmax: vanishing gradient)'
     name = "cross-entropy-on-softmax"
     triggers = r"cross_entropy|CrossEntropyLoss"
     loss_kind = "cross_entropy"
@@ -517,6 +520,7 @@ class _DropHalfCasts(cst.CSTTransformer):
 
 class HalfReduction(Rule):
     code = "NAN206"
+    fails_in = 'float16'
     name = "half-reduction"
     triggers = r"half|float16|HalfTensor"
     # Off by default: in the corpora every candidate was a test summing a few outputs of a

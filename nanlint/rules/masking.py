@@ -360,6 +360,7 @@ def _grad_descendants(ctx: FileContext, node: cst.CSTNode) -> Iterable[cst.CSTNo
 
 class WhereUnsafeBranch(Rule):
     code = "NAN112"
+    fails_in = 'all (gradient)'
     name = "where-unsafe-branch"
     message = (
         "`torch.where` picks a branch, but the backward pass differentiates both: where the "
@@ -708,6 +709,7 @@ def _guarded_by_branch(ctx: FileContext, names: Set[str]) -> bool:
 
 class MaskedMeanEmpty(Rule):
     code = "NAN113"
+    fails_in = 'all (empty mask)'
     name = "masked-mean-empty"
     message = (
         "Mean over a masked selection that can be empty: when the mask is all False this is "

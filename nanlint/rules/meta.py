@@ -7,6 +7,7 @@ from .base import Rule
 
 class SyntaxErrorRule(Rule):
     code = "NAN001"
+    fails_in = '—'
     name = "syntax-error"
     message = "The file does not parse; it was not linted"
     summary = "A file that does not parse is reported at the error position; the run goes on."
@@ -20,6 +21,7 @@ turned off by `--ignore`: fix the file or exclude it.
 
 class IOErrorRule(Rule):
     code = "NAN002"
+    fails_in = '—'
     name = "io-error"
     message = "The file could not be read or decoded; it was not linted"
     summary = "A file that cannot be read or decoded is reported; the run goes on."

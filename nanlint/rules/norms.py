@@ -183,6 +183,7 @@ def _without_gradient(ctx: FileContext, node: cst.BaseExpression, x: cst.BaseExp
 
 class SqrtOfSumOfSquares(Rule):
     code = "NAN109"
+    fails_in = 'all (gradient at 0)'
     name = "sqrt-of-sum-of-squares"
     message = (
         "Euclidean norm written as `sqrt(sum(x ** 2))`: the derivative of sqrt at 0 is inf, so "
@@ -398,6 +399,7 @@ def _nonzero_by_construction(ctx: FileContext, numerator: cst.BaseExpression) ->
 
 class NormalizeByHand(Rule):
     code = "NAN110"
+    fails_in = 'all (0/0 at the zero vector)'
     name = "normalize-by-hand"
     message = (
         "Vector normalized by hand with `x / x.norm(...)`: at the zero vector this is 0/0 = NaN "
@@ -638,6 +640,7 @@ def cosine_source(ctx: FileContext, node: cst.BaseExpression, env: Env = None) -
 
 class AcosWithoutClamp(Rule):
     code = "NAN111"
+    fails_in = 'all (gradient at ±1; forward when rounding passes 1)'
     name = "acos-without-clamp"
     message = (
         "`acos` of a cosine similarity with no clamp: rounding makes the cosine of two equal "

@@ -70,6 +70,7 @@ def _conversion(call: cst.Call, ctx: FileContext) -> Tuple[Optional[str], Option
 
 class AdamEpsHalf(Rule):
     code = "NAN404"
+    fails_in = 'float16 parameters'
     name = "adam-eps-half"
     message = (
         "Adam-family optimizer with eps below 1e-4 on float16 parameters: eps rounds to 0 in "

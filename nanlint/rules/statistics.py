@@ -198,6 +198,7 @@ def _normalizes(ctx: FileContext, numerator: cst.BaseExpression, denominator: cs
 
 class NormalizationWithoutEpsilon(Rule):
     code = "NAN205"
+    fails_in = 'all; float16 even with eps = 1e-5'
     name = "normalization-without-epsilon"
     message = (
         "Division by a standard deviation (or `rsqrt` of a variance) with no epsilon: a constant "
@@ -408,6 +409,7 @@ def _cancellation(ctx: FileContext, node: cst.BaseExpression):
 
 class VarianceByCancellation(Rule):
     code = "NAN118"
+    fails_in = 'float32, float16 (cancellation)'
     name = "variance-by-cancellation"
     message = (
         "Variance computed as `E[x^2] - E[x]^2`: the two terms cancel, so for data far from 0 "
@@ -540,6 +542,7 @@ def _evidently_positive(ctx: FileContext, p: cst.BaseExpression) -> bool:
 
 class LogOfProd(Rule):
     code = "NAN117"
+    fails_in = 'all; float16 first (product underflow)'
     name = "log-of-prod"
     message = (
         "`log` of a product: the product of many factors below 1 underflows to 0 (log = -inf, "
@@ -672,6 +675,7 @@ def _tuple_guarded(ctx: FileContext, x: cst.BaseExpression) -> bool:
 
 class AtanOfRatio(Rule):
     code = "NAN114"
+    fails_in = 'all (x = 0, wrong quadrant)'
     name = "atan-of-ratio"
     message = (
         "`atan(y / x)`: at x = 0 the ratio is inf or NaN (0/0) and the gradient is NaN, and for "

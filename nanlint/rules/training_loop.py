@@ -551,6 +551,7 @@ def _line_indent(ctx: FileContext, row: int, column: int) -> Optional[str]:
 
 class ClipAfterStep(Rule):
     code = "NAN401"
+    fails_in = 'all (any dtype)'
     name = "clip-after-step"
     message = (
         "Gradient clipped after `optimizer.step()`: the step already applied the unclipped "
@@ -727,6 +728,7 @@ def _blocks(module: cst.Module):
 
 class ClipWithoutUnscale(Rule):
     code = "NAN402"
+    fails_in = 'all (with a GradScaler)'
     name = "clip-without-unscale"
     message = (
         "Gradient clipped while still multiplied by the GradScaler's scale (65536 at the "
@@ -862,6 +864,7 @@ of one optimizer in one step raises a RuntimeError).
 
 class StepBypassesScaler(Rule):
     code = "NAN403"
+    fails_in = 'all (with a GradScaler)'
     name = "step-bypasses-scaler"
     message = (
         "`optimizer.step()` after `scaler.scale(loss).backward()` applies the still-scaled "
