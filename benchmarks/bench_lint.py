@@ -45,6 +45,12 @@ PACKAGES: Dict[str, Tuple[str, str]] = {
     "transformers": ("4.46.3", "a12ef6f52841fd190a3e5602145b542d03507222f2c64ebb7ee92e8788093aef"),
     "timm": ("1.0.11", "52a6f895e2cbec35a87d0846870419c2c0aa40de9b205bcda917f38278bf3044"),
     "diffusers": ("0.31.0", "cbc498ae63f4abfc7c3a07649cdcbee229ef2f9a9a1f0d19c9bbaf22f8d30c1f"),
+    # The rest of the precision corpus (benchmarks/precision.md).
+    "kornia": ("0.7.4", "1b816b4c45878a73531a500a46dbf61e646ec7a749bf8a4dd7a5833a04e28808"),
+    "monai": ("1.4.0", "a715ca9ff8a068e36efdd147420f0ff02ead744909e7ea0998f31129c4997c9b"),
+    "torchmetrics": ("1.6.0", "a508cdd87766cedaaf55a419812bf9f493aff8fffc02cc19df5a8e2e7ccb942a"),
+    "ultralytics": ("8.3.40", "68eab78f4bdcd7ab2f62f5fe5a394958dd8507c47359a7f7930ab617ffba4302"),
+    "accelerate": ("1.1.1", "61edd81762131b8d4bede008643fa1e1f3bf59bec710ebda9771443e24feae02"),
 }
 
 
