@@ -54,6 +54,21 @@ _register("clamp_min", "torch.clamp_min")
 _register("sqrt", "torch.sqrt")
 _register("abs", "torch.abs", "torch.absolute")
 _register("square", "torch.square")
+_register("norm", "torch.norm")
+_register("linalg_norm", "torch.linalg.norm")
+_register("vector_norm", "torch.linalg.vector_norm")
+_register("acos", "torch.acos", "torch.arccos")
+_register("asin", "torch.asin", "torch.arcsin")
+_register("atan", "torch.atan", "torch.arctan")
+_register("cosine_similarity", "torch.nn.functional.cosine_similarity", "torch.cosine_similarity")
+_register("normalize", "torch.nn.functional.normalize")
+_register("matmul", "torch.matmul", "torch.mm", "torch.bmm")
+_register("rsqrt", "torch.rsqrt")
+_register("var", "torch.var")
+_register("std", "torch.std")
+_register("var_mean", "torch.var_mean")
+_register("std_mean", "torch.std_mean")
+_register("prod", "torch.prod")
 _register("cross_entropy", "torch.nn.functional.cross_entropy")
 _register("nll_loss", "torch.nn.functional.nll_loss")
 _register("binary_cross_entropy", "torch.nn.functional.binary_cross_entropy")
@@ -84,7 +99,21 @@ _METHOD_OPS: Dict[str, Tuple[str, Tuple[int, ...]]] = {
     "neg": ("neg", (0,)),
     "pow": ("pow", (1,)),
     "sum": ("sum", (0, 1, 2)),  # x.sum(dim, keepdim)
-    "mean": ("mean", (0, 1)),
+    "mean": ("mean", (0, 1, 2)),
+    "norm": ("norm", (0, 1, 2, 3)),
+    "acos": ("acos", (0,)),
+    "arccos": ("acos", (0,)),
+    "asin": ("asin", (0,)),
+    "arcsin": ("asin", (0,)),
+    "atan": ("atan", (0,)),
+    "arctan": ("atan", (0,)),
+    "matmul": ("matmul", (1,)),
+    "mm": ("matmul", (1,)),
+    "bmm": ("matmul", (1,)),
+    "rsqrt": ("rsqrt", (0,)),
+    "var": ("var", (0, 1, 2, 3)),
+    "std": ("std", (0, 1, 2, 3)),
+    "prod": ("prod", (0, 1, 2)),
     "max": ("max", (0, 1, 2)),
     "amax": ("amax", (0, 1, 2)),
     "relu": ("relu", (0,)),
@@ -105,6 +134,7 @@ _BINARY_OPS = {
     cst.Multiply: "mul",
     cst.Divide: "div",
     cst.Power: "pow",
+    cst.MatrixMultiply: "matmul",
 }
 
 

@@ -78,7 +78,11 @@ def _unsafe_operand(ctx: FileContext, node: cst.CSTNode) -> Optional[Tuple[str, 
         return None
     op = ctx.op(node)
     if op is not None:
-        if op.name in ("sqrt", "log", "log2", "log10", "reciprocal") and len(op.args) == 1 and not op.kwargs:
+        if (
+            op.name in ("sqrt", "log", "log2", "log10", "reciprocal", "rsqrt", "acos", "asin")
+            and len(op.args) == 1
+            and not op.kwargs
+        ):
             return op.name, op.args[0]
         if op.name == "div" and len(op.args) == 2:
             divisor = op.args[1]

@@ -13,7 +13,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import libcst as cst
 
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
-from ..ops import Op, number_value, split_args
+from ..ops import Op, number_value
 from ..ranges import is_guarded, pass_through
 from .base import SAFE, UNSAFE, Rule
 from .log_domain import _atom_src, _edit, _follow, _key, _src
@@ -21,72 +21,13 @@ from .log_eps import handled_afterwards
 
 Env = Optional[Dict]
 
-# Ops the shared tables do not know, matched here only.
-_EXTRA_FUNCTIONS = {
-    "torch.norm": "norm",
-    "torch.linalg.norm": "linalg_norm",
-    "torch.linalg.vector_norm": "vector_norm",
-    "torch.acos": "acos",
-    "torch.arccos": "acos",
-    "torch.asin": "asin",
-    "torch.arcsin": "asin",
-    "torch.nn.functional.cosine_similarity": "cosine_similarity",
-    "torch.cosine_similarity": "cosine_similarity",
-    "torch.nn.functional.normalize": "normalize",
-    "torch.matmul": "matmul",
-    "torch.mm": "matmul",
-    "torch.bmm": "matmul",
-}
-# Method name -> (op, allowed positional counts).
-_EXTRA_METHODS = {
-    "norm": ("norm", (0, 1, 2, 3)),
-    "acos": ("acos", (0,)),
-    "arccos": ("acos", (0,)),
-    "asin": ("asin", (0,)),
-    "arcsin": ("asin", (0,)),
-    "matmul": ("matmul", (1,)),
-    "mm": ("matmul", (1,)),
-    "bmm": ("matmul", (1,)),
-}
 
 
 def op_of(ctx: FileContext, node: Optional[cst.CSTNode]) -> Optional[Op]:
-    """`ctx.op`, plus the norm, angle and matmul ops this module needs (`a @ b` is matmul)."""
+    """`ctx.op` on the expression without its parentheses."""
     if node is None:
         return None
-    node = strip_parens(node)
-    op = ctx.op(node)
-    if op is not None:
-        return op
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.MatrixMultiply):
-        return Op("matmul", [node.left, node.right], {}, node, "operator")
-    if not isinstance(node, cst.Call):
-        return None
-    split = split_args(node.args)
-    if split is None:
-        return None
-    positional, keywords = split
-    qualname = ctx.qualname(node.func)
-    if qualname is not None:
-        if qualname.startswith("torch.Tensor."):
-            method = _EXTRA_METHODS.get(qualname[len("torch.Tensor."):])
-            if method is None or not positional:
-                return None
-            return Op(method[0], positional, keywords, node, "function", node.func)
-        name = _EXTRA_FUNCTIONS.get(qualname)
-        if name is None:
-            return None
-        if not positional and "input" in keywords:
-            positional = [keywords.pop("input")]
-        return Op(name, positional, keywords, node, "function", node.func)
-    if isinstance(node.func, cst.Attribute):
-        method = _EXTRA_METHODS.get(node.func.attr.value)
-        if method is None or len(positional) not in method[1]:
-            return None
-        if ctx.qualname(node.func.value) is not None:
-            return None
-        return Op(method[0], [node.func.value] + positional, keywords, node, "method", node.func)
-    return None
+    return ctx.op(strip_parens(node) if isinstance(node, cst.BaseExpression) else node)
 
 
 class Found(NamedTuple):

@@ -8,72 +8,22 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from ..context import FileContext, is_atom, node_code, strip_parens
-from ..ops import Op, number_value, split_args
+from ..ops import Op, number_value
 from ..ranges import guard, probability_source, sign
 from .masking import _guarded_by_branch, _names
 from .base import SAFE, UNSAFE, Rule
 
 Env = Optional[dict]
 
-# Ops the shared table does not list, recognized here only.
-_EXTRA_FUNCTIONS = {
-    "torch.rsqrt": "rsqrt",
-    "torch.var": "var",
-    "torch.std": "std",
-    "torch.var_mean": "var_mean",
-    "torch.std_mean": "std_mean",
-    "torch.prod": "prod",
-    "torch.atan": "atan",
-    "torch.arctan": "atan",
-}
-_EXTRA_METHODS = {
-    "rsqrt": ("rsqrt", (0,)),
-    "var": ("var", (0, 1, 2, 3)),
-    "std": ("std", (0, 1, 2, 3)),
-    "prod": ("prod", (0, 1, 2)),
-    "atan": ("atan", (0,)),
-    "arctan": ("atan", (0,)),
-    "mean": ("mean", (2,)),  # x.mean(dim, keepdim)
-}
 _EPS = "1e-5"
 _DEPTH = 5
 
 
 def op_of(ctx: FileContext, node: Optional[cst.CSTNode]) -> Optional[Op]:
-    """`ctx.op(node)`, extended with the statistics and trigonometry ops this module needs."""
+    """`ctx.op` on the expression without its parentheses."""
     if node is None:
         return None
-    node = strip_parens(node) if isinstance(node, cst.BaseExpression) else node
-    op = ctx.op(node)
-    if op is not None or not isinstance(node, cst.Call):
-        return op
-    split = split_args(node.args)
-    if split is None:
-        return None
-    positional, keywords = split
-    qualname = ctx.qualname(node.func)
-    if qualname is not None:
-        if qualname.startswith("torch.Tensor."):
-            method = _EXTRA_METHODS.get(qualname[len("torch.Tensor."):])
-            if method is None or not positional:
-                return None
-            return Op(method[0], positional, keywords, node, "function", node.func)
-        name = _EXTRA_FUNCTIONS.get(qualname)
-        if name is None:
-            return None
-        if not positional and "input" in keywords:
-            positional = [keywords.pop("input")]
-        if not positional:
-            return None
-        return Op(name, positional, keywords, node, "function", node.func)
-    if isinstance(node.func, cst.Attribute):
-        method = _EXTRA_METHODS.get(node.func.attr.value)
-        if method is None or len(positional) not in method[1]:
-            return None
-        if ctx.qualname(node.func.value) is not None:
-            return None
-        return Op(method[0], [node.func.value] + positional, keywords, node, "method", node.func)
-    return None
+    return ctx.op(strip_parens(node) if isinstance(node, cst.BaseExpression) else node)
 
 
 def _resolve(ctx: FileContext, expr: cst.BaseExpression, env: Env) -> Tuple[cst.BaseExpression, Env, bool]:
