@@ -223,6 +223,37 @@ class FileContext:
     def is_local(self, node: cst.BaseExpression) -> bool:
         return isinstance(node, cst.Name) and node.value in self.scope.bindings
 
+    def statements_after(self, count: int) -> Tuple[List[str], str]:
+        """For the simple statement being visited: the names it assigns (`v`, `self.v`, and an
+        augmented target) and the code of the next `count` statements of its block. Rules
+        use it to see a result that is tested or repaired right after
+        (`v = torch.log(p)` then `torch.isfinite(v)`)."""
+        line_index = None
+        for i in range(len(self.stack) - 1, -1, -1):
+            if isinstance(self.stack[i], cst.SimpleStatementLine):
+                line_index = i
+                break
+        if not line_index:
+            return [], ""
+        line = self.stack[line_index]
+        names: List[str] = []
+        for small in line.body:
+            if isinstance(small, cst.Assign):
+                names += [
+                    node_code(t.target)
+                    for t in small.targets
+                    if isinstance(t.target, (cst.Name, cst.Attribute))
+                ]
+            elif isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
+                names.append(small.target.value)
+        body = getattr(self.stack[line_index - 1], "body", None)
+        if not names or not isinstance(body, (list, tuple)):
+            return [], ""
+        position = next((i for i, stmt in enumerate(body) if stmt is line), None)
+        if position is None:
+            return [], ""
+        return names, "".join(node_code(stmt) for stmt in body[position + 1: position + 1 + count])
+
     def constant(self, name: str) -> Optional[float]:
         return self.constants.get(name)
 

@@ -483,28 +483,7 @@ def _masked_afterwards(ctx: FileContext) -> bool:
     repair of `v` (`v.masked_fill(~valid, inf)`, `torch.where(valid, v, ...)`,
     `torch.nan_to_num(v)`): DETR-style anchor logits computed for every anchor and then
     replaced where they are out of range."""
-    line_index = None
-    for i in range(len(ctx.stack) - 1, -1, -1):
-        if isinstance(ctx.stack[i], cst.SimpleStatementLine):
-            line_index = i
-            break
-    if not line_index:
-        return False
-    line = ctx.stack[line_index]
-    names = [
-        node_code(t.target)
-        for small in line.body
-        if isinstance(small, cst.Assign)
-        for t in small.targets
-        if isinstance(t.target, (cst.Name, cst.Attribute))
-    ]
-    body = getattr(ctx.stack[line_index - 1], "body", None)
-    if not names or not isinstance(body, (list, tuple)):
-        return False
-    position = next((i for i, stmt in enumerate(body) if stmt is line), None)
-    if position is None:
-        return False
-    following = "".join(node_code(stmt) for stmt in body[position + 1: position + 4])
+    names, following = ctx.statements_after(3)
     return any(re.search(_MASKING.format(name=re.escape(n)), following) for n in names)
 
 

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import libcst as cst
 
@@ -980,30 +980,7 @@ def _handled(ctx: FileContext, node: cst.Call) -> bool:
                 return True
         if isinstance(outer, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             break
-    line_index = None
-    for i in range(len(ctx.stack) - 1, -1, -1):
-        if isinstance(ctx.stack[i], cst.SimpleStatementLine):
-            line_index = i
-            break
-    if line_index is None or line_index == 0:
-        return False
-    line = ctx.stack[line_index]
-    names: List[str] = []
-    for small in line.body:
-        if isinstance(small, (cst.Assign,)):
-            for t in small.targets:
-                if isinstance(t.target, cst.Name):
-                    names.append(t.target.value)
-        if isinstance(small, cst.AugAssign) and isinstance(small.target, cst.Name):
-            names.append(small.target.value)
-    block = ctx.stack[line_index - 1]
-    body = getattr(block, "body", None)
-    if not names or not isinstance(body, (list, tuple)):
-        return False
-    position = next((i for i, stmt in enumerate(body) if stmt is line), None)
-    if position is None:
-        return False
-    following = "".join(node_code(stmt) for stmt in body[position + 1: position + 5])
+    names, following = ctx.statements_after(4)
     return any(re.search(_HANDLED_AFTER.format(n=re.escape(n)), following) for n in names)
 
 

@@ -62,29 +62,7 @@ def handled_afterwards(ctx: FileContext, node: cst.BaseExpression) -> bool:
     """`v = torch.log(p)` followed, within the next three statements of the same block, by a
     test or repair of `v` (`torch.isfinite(v)`, `torch.isinf(v)`, `torch.nan_to_num(v)`): the
     author expects the -inf and handles it."""
-    line_index = None
-    for i in range(len(ctx.stack) - 1, -1, -1):
-        if isinstance(ctx.stack[i], cst.SimpleStatementLine):
-            line_index = i
-            break
-    if line_index is None or line_index == 0:
-        return False
-    line = ctx.stack[line_index]
-    names = [
-        t.target.value
-        for small in line.body
-        if isinstance(small, cst.Assign)
-        for t in small.targets
-        if isinstance(t.target, cst.Name)
-    ]
-    block = ctx.stack[line_index - 1]
-    body = getattr(block, "body", None)
-    if not names or not isinstance(body, (list, tuple)):
-        return False
-    position = next((i for i, stmt in enumerate(body) if stmt is line), None)
-    if position is None:
-        return False
-    following = "".join(node_code(stmt) for stmt in body[position + 1: position + 4])
+    names, following = ctx.statements_after(3)
     return any(re.search(_HANDLED.format(name=re.escape(n)), following) for n in names)
 
 
