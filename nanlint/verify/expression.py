@@ -567,6 +567,23 @@ def _best(cands: List[Candidate]) -> Optional[Witness]:
     return min(cands, key=lambda c: c.key).witness if cands else None
 
 
+def _overflow_witness(skipped: List[ContextOutcome], device: str, need_fix: bool) -> Optional[Witness]:
+    """An original that raises an overflow error (`masked_fill(mask, -1e9)` on float16: "value
+    cannot be converted to type at::Half without overflow") fails in that context, where the
+    fix (if there is one) runs. Other errors (an op a dtype lacks) stay skipped contexts."""
+    for o in skipped:
+        if "overflow" not in (o.original.error or ""):
+            continue
+        if need_fix and (o.fix is None or o.fix.error is not None):
+            continue
+        return Witness(which="original", kind="error", where="forward", inputs={},
+                       dtype=str(o.context.get("dtype")), device=device,
+                       autocast=o.context.get("autocast"),
+                       text=f"the original raises ({o.original.error}) in {o.name} on {device}"
+                            + ("; the fix runs there" if need_fix else ""))
+    return None
+
+
 def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found: _Found,
             device: str) -> Verification:
     ranges = points.describe()
@@ -595,6 +612,10 @@ def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found
                      f"e.g. {la.sentence()}")
     shared = sum(o.shared for o in outcomes)
     if p.fixed is None:
+        raised = _overflow_witness(skipped, device, need_fix=False)
+        if witness is None and raised is not None:
+            return Verification(CONFIRMED, "no fix to check; the original raises an overflow error "
+                                f"in {raised.dtype} on {device}", witness=raised, notes=notes, **base)
         if witness is not None:
             return Verification(CONFIRMED, f"no fix to check; the original fails in {len(failing)} of "
                                 f"{ctx_text}", witness=witness, notes=notes, **base)
@@ -629,5 +650,10 @@ def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found
     if witness is not None:
         return Verification(CONFIRMED, f"the original fails in {len(failing)} of {ctx_text}; the fix "
                             f"holds in all{accuracy}{skip_text}", witness=witness, notes=notes, **base)
+    raised = _overflow_witness(skipped, device, need_fix=True)
+    if raised is not None:
+        return Verification(CONFIRMED, f"the original raises an overflow error in {raised.dtype} on "
+                            f"{device}, where the fix runs; the fix holds in all{accuracy}",
+                            witness=raised, notes=notes, **base)
     return Verification(NOT_REPRODUCED, f"the original held in {ctx_text} ({names}) over "
                         f"{n_points} points ({'; '.join(ranges)}){skip_text}", notes=notes, **base)
