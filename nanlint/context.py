@@ -254,6 +254,14 @@ class FileContext:
             return [], ""
         return names, "".join(node_code(stmt) for stmt in body[position + 1: position + 1 + count])
 
+    def result_checked_after(self, pattern: str, count: int) -> bool:
+        """Whether a name the current statement assigns matches `pattern` (a regex with a
+        `{name}` slot, such as log_eps._HANDLED) in the next `count` statements."""
+        import re
+
+        names, following = self.statements_after(count)
+        return any(re.search(pattern.format(name=re.escape(n)), following) for n in names)
+
     def constant(self, name: str) -> Optional[float]:
         return self.constants.get(name)
 

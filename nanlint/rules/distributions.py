@@ -483,8 +483,7 @@ def _masked_afterwards(ctx: FileContext) -> bool:
     repair of `v` (`v.masked_fill(~valid, inf)`, `torch.where(valid, v, ...)`,
     `torch.nan_to_num(v)`): DETR-style anchor logits computed for every anchor and then
     replaced where they are out of range."""
-    names, following = ctx.statements_after(3)
-    return any(re.search(_MASKING.format(name=re.escape(n)), following) for n in names)
+    return ctx.result_checked_after(_MASKING, 3)
 
 
 class LogitByHand(Rule):

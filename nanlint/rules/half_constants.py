@@ -707,8 +707,8 @@ def _big(ctx: FileContext, node: cst.BaseExpression) -> Optional[float]:
 # --------------------------------------------------------------------------- NAN204
 
 
-_HANDLED_AFTER = r"(?:nan_to_num\(\s*{n}\b|\b{n}\.nan_to_num\(|isnan\(\s*{n}\b|\b{n}\.isnan\(|" \
-    r"\b{n}\s*=\s*{n}\.masked_fill|\b{n}\.masked_fill_\(|\b{n}\s*=\s*torch\.where\(|\b{n}\[[^\]]*\]\s*=\s*0)"
+_HANDLED_AFTER = r"(?:nan_to_num\(\s*{name}\b|\b{name}\.nan_to_num\(|isnan\(\s*{name}\b|\b{name}\.isnan\(|" \
+    r"\b{name}\s*=\s*{name}\.masked_fill|\b{name}\.masked_fill_\(|\b{name}\s*=\s*torch\.where\(|\b{name}\[[^\]]*\]\s*=\s*0)"
 
 
 class FullyMaskedSoftmax(Rule):
@@ -980,8 +980,7 @@ def _handled(ctx: FileContext, node: cst.Call) -> bool:
                 return True
         if isinstance(outer, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             break
-    names, following = ctx.statements_after(4)
-    return any(re.search(_HANDLED_AFTER.format(n=re.escape(n)), following) for n in names)
+    return ctx.result_checked_after(_HANDLED_AFTER, 4)
 
 
 def _reaches(ctx: FileContext, fill: cst.CSTNode) -> bool:

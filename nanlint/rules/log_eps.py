@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Tuple
 
 import libcst as cst
@@ -62,8 +61,7 @@ def handled_afterwards(ctx: FileContext, node: cst.BaseExpression) -> bool:
     """`v = torch.log(p)` followed, within the next three statements of the same block, by a
     test or repair of `v` (`torch.isfinite(v)`, `torch.isinf(v)`, `torch.nan_to_num(v)`): the
     author expects the -inf and handles it."""
-    names, following = ctx.statements_after(3)
-    return any(re.search(_HANDLED.format(name=re.escape(n)), following) for n in names)
+    return ctx.result_checked_after(_HANDLED, 3)
 
 
 class LogWithoutEpsilon(Rule):

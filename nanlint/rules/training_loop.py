@@ -546,6 +546,14 @@ def _line_indent(ctx: FileContext, row: int, column: int) -> Optional[str]:
     return prefix if prefix.strip() == "" else None
 
 
+def clip_events(ctx: FileContext):
+    """Every gradient clip of the file, with the events of the region it belongs to."""
+    for events in training_facts(ctx).regions:
+        for event in events:
+            if event.kind == "clip":
+                yield event, events
+
+
 # ---------------------------------------------------------------------------------- rules
 
 
@@ -624,10 +632,8 @@ between them. When the step is `scaler.step(optimizer)`, the moved clip then nee
     def leave_Module(self, node: cst.Module, ctx: FileContext) -> None:
         if "step" not in ctx.source:
             return
-        for events in training_facts(ctx).regions:
-            for clip in events:
-                if clip.kind == "clip":
-                    self._check(clip, events, ctx)
+        for clip, events in clip_events(ctx):
+            self._check(clip, events, ctx)
 
     def _check(self, clip: Event, events: List[Event], ctx: FileContext) -> None:
         steps = [
@@ -805,10 +811,8 @@ of one optimizer in one step raises a RuntimeError).
     def leave_Module(self, node: cst.Module, ctx: FileContext) -> None:
         if "clip" not in ctx.source:
             return
-        for events in training_facts(ctx).regions:
-            for clip in events:
-                if clip.kind == "clip":
-                    self._check(clip, events, ctx)
+        for clip, events in clip_events(ctx):
+            self._check(clip, events, ctx)
 
     def _check(self, clip: Event, events: List[Event], ctx: FileContext) -> None:
         if clip.clip_form == "method" and clip.receiver is not None:
