@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import io
 import tokenize
+import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -444,10 +445,13 @@ class FileContext:
         self,
         original: cst.BaseExpression,
         fixed: Optional[cst.BaseExpression],
-        domains: Optional[Dict[str, Tuple[float, float]]] = None,
+        domains: Optional[Dict[str, Union[Tuple[float, float], ProbeInput]]] = None,
+        relations: Tuple[Tuple[str, str, str], ...] = (),
     ) -> Probe:
         """A probe for `original` -> `fixed`, both already canonical (see `canonical`).
-        Calls to user code (`model(x)`) become free inputs: the verifier runs torch only."""
+        Calls to user code (`model(x)`) become free inputs: the verifier runs torch only.
+        `domains` maps an input's name to an interval, or to a ProbeInput whose domain, kind,
+        dim and evidence are copied (its name and value are the probe's own)."""
         original, fixed = abstract_calls(original, fixed)
         inputs: List[ProbeInput] = []
         seen: Set[str] = set()
@@ -458,18 +462,17 @@ class FileContext:
                 if name in seen:
                     continue
                 seen.add(name)
-                inputs.append(
-                    ProbeInput(
-                        name=name,
-                        value=self.constant(name),
-                        domain=(domains or {}).get(name),
-                    )
-                )
+                known = (domains or {}).get(name)
+                if isinstance(known, ProbeInput):
+                    inputs.append(dataclasses.replace(known, name=name, value=self.constant(name)))
+                else:
+                    inputs.append(ProbeInput(name=name, value=self.constant(name), domain=known))
         return Probe(
             kind="expression",
             original=node_code(original),
             fixed=node_code(fixed) if fixed is not None else None,
             inputs=tuple(inputs),
+            relations=tuple(relations),
         )
 
 

@@ -53,22 +53,38 @@ class Fix:
         }
 
 
+# What kind of values a probe input holds, as the analysis proved it (the verifier draws
+# inputs only from that set): any real; a probability in [0, 1]; a probability simplex
+# (non-negative, sums to 1 along `dim`); a 0/1 mask; a non-negative integer count; an integer.
+INPUT_KINDS = ("real", "probability", "simplex", "mask", "count", "integer")
+# Relations between two inputs a probe may state: ("hi", ">=", "lo").
+RELATIONS = (">=", ">", "<=", "<", "==", "!=")
+
+
 @dataclass(frozen=True)
 class ProbeInput:
     """A free input of a probed expression: a name or attribute chain (`x`, `self.k`).
 
     `value` is a constant found in the source (`self.k = 50` in `__init__`); `domain` a known
-    closed interval of the value (a sigmoid output lies in [0, 1])."""
+    closed interval of the value (a sigmoid output lies in [0, 1]); `kind` one of INPUT_KINDS
+    (with `dim` for a simplex); `evidence` where the facts came from ("softmax at line 12"),
+    empty when the analysis proved nothing about the input."""
 
     name: str
     value: Optional[float] = None
     domain: Optional[Tuple[float, float]] = None
+    kind: str = "real"
+    dim: Optional[int] = None
+    evidence: str = ""
 
     def to_json(self) -> Dict[str, Any]:
         return {
             "name": self.name,
             "value": self.value,
             "domain": list(self.domain) if self.domain is not None else None,
+            "kind": self.kind,
+            "dim": self.dim,
+            "evidence": self.evidence,
         }
 
 
@@ -87,6 +103,8 @@ class Probe:
     inputs: Tuple[ProbeInput, ...] = ()
     harness: Optional[str] = None
     params: Tuple[Tuple[str, Any], ...] = ()
+    # Proven relations between inputs, e.g. ("hi", ">=", "lo") where the code takes a max and a min.
+    relations: Tuple[Tuple[str, str, str], ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -96,6 +114,7 @@ class Probe:
             "inputs": [i.to_json() for i in self.inputs],
             "harness": self.harness,
             "params": dict(self.params),
+            "relations": [list(r) for r in self.relations],
         }
 
 

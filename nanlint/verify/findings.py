@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set
 
 from ..config import Settings, select_rules
-from ..diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput
+from ..diagnostics import INPUT_KINDS, RELATIONS, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
 from ..rules import all_rules
 
 
@@ -47,7 +47,26 @@ def _probe(raw: Any, where: str) -> Optional[Probe]:
             if not isinstance(domain, list) or len(domain) != 2:
                 raise FindingsError(f"{where}: probe input {item['name']}: `domain` must be [low, high]")
             domain = tuple(_number(d, where) for d in domain)
-        inputs.append(ProbeInput(item["name"], float(value) if value is not None else None, domain))
+        kind = item.get("kind", "real")
+        if kind not in INPUT_KINDS:
+            raise FindingsError(f"{where}: probe input {item['name']}: `kind` must be one of {', '.join(INPUT_KINDS)}")
+        dim = item.get("dim")
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int)):
+            raise FindingsError(f"{where}: probe input {item['name']}: `dim` must be an integer or null")
+        evidence = item.get("evidence") or ""
+        if not isinstance(evidence, str):
+            raise FindingsError(f"{where}: probe input {item['name']}: `evidence` must be a string")
+        inputs.append(
+            ProbeInput(item["name"], float(value) if value is not None else None, domain, kind, dim, evidence)
+        )
+    relations = []
+    for rel in raw.get("relations") or []:
+        if (
+            not isinstance(rel, list) or len(rel) != 3 or not all(isinstance(r, str) for r in rel)
+            or rel[1] not in RELATIONS
+        ):
+            raise FindingsError(f"{where}: a probe relation must be [name, op, name] with op one of {' '.join(RELATIONS)}")
+        relations.append(tuple(rel))
     params = raw.get("params") or {}
     if not isinstance(params, dict):
         raise FindingsError(f"{where}: probe `params` must be an object")
@@ -64,6 +83,7 @@ def _probe(raw: Any, where: str) -> Optional[Probe]:
         inputs=tuple(inputs),
         harness=raw.get("harness"),
         params=tuple(params.items()),
+        relations=tuple(relations),
     )
 
 
