@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 import click
 
 from . import __version__
-from .config import ConfigError, apply_cli, load_settings
+from .config import ConfigError, apply_cli, load_settings, parse_seconds, parse_size
 from .diagnostics import Diagnostic
 from .runner import run
 from .output import FORMATS, render
@@ -52,6 +52,8 @@ def _plural(n: int, word: str) -> str:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too (for pre-commit).")
 @click.option("--config", "config_path", metavar="PATH", help="Read settings from this TOML file instead of the nearest pyproject.toml.")
+@click.option("--max-file-size", metavar="SIZE", help="Skip larger files with a warning (bytes, or 512KB, 2MB; 0: no limit). Default 1MB.")
+@click.option("--file-timeout", metavar="SECONDS", type=float, help="Report a file as skipped when its analysis takes longer (0: no limit). Default 30.")
 def check(
     paths: Sequence[str],
     fix: bool,
@@ -65,16 +67,22 @@ def check(
     exit_zero: bool,
     force_exclude: bool,
     config_path: Optional[str],
+    max_file_size: Optional[str],
+    file_timeout: Optional[float],
 ) -> None:
     """Lint PATHS (default: the current directory)."""
     settings = load_settings(config_path)
     settings = apply_cli(settings, select, extend_select, ignore)
+    if max_file_size is not None:
+        settings.max_file_size = parse_size(max_file_size, "--max-file-size")
+    if file_timeout is not None:
+        settings.file_timeout = parse_seconds(file_timeout, "--file-timeout")
     settings.force_exclude = settings.force_exclude or force_exclude
     result = run(paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
-    diagnostics, internal_errors, fixed = result.diagnostics, result.errors, result.fixed
+    diagnostics, errors, fixed = result.diagnostics, result.errors, result.fixed
     for message in result.warnings:
         click.echo(f"nanlint: warning: {message}", err=True)
-    for message in internal_errors:
+    for message in result.internal_errors + errors:
         click.echo(f"nanlint: error: {message}", err=True)
 
     if diff:
@@ -83,7 +91,7 @@ def check(
             click.echo(f"Would fix {_plural(fixed, 'problem')}.", err=True)
         else:
             click.echo("No fixes to apply.", err=True)
-        sys.exit(2 if internal_errors else (1 if fixed and not exit_zero else 0))
+        sys.exit(2 if errors else (1 if fixed and not exit_zero else 0))
 
     if statistics:
         _print_statistics(diagnostics, output_format, unsafe_fixes)
@@ -91,8 +99,9 @@ def check(
         sys.stdout.write(render(output_format, diagnostics, unsafe_fixes=unsafe_fixes))
     if output_format == "text":
         _print_summary(diagnostics, fix, fixed, unsafe_fixes)
-    if internal_errors:
+    if errors:
         sys.exit(2)
+    # A rule's internal error cost only its own piece: the exit code follows the findings.
     sys.exit(1 if diagnostics and not exit_zero else 0)
 
 

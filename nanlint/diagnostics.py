@@ -22,11 +22,15 @@ class Position:
 
 @dataclass(frozen=True)
 class Edit:
-    """Replace the source between two positions (end exclusive) by `content`."""
+    """Replace the source between two positions (end exclusive) by `content`.
+
+    `expected`, when known, is the text the span must hold (the replaced node's code):
+    applying an edit whose span holds anything else is refused, not guessed at."""
 
     start: Position
     end: Position
     content: str
+    expected: Optional[str] = field(default=None, compare=False)
 
     def to_json(self) -> Dict[str, Any]:
         return {

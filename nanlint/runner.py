@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field
 from typing import List, Sequence
 
 from .config import Settings, relative_display, select_rules
 from .diagnostics import Diagnostic
 from .engine import io_error, lint_source
-from .files import SourceError, discover, read_source, write_atomic
+from .files import ChangedDuringRun, SourceError, discover, read_source, write_fixed
 from .fixes import fix_source
+from .text import split_lines
 
 
 @dataclass
 class RunResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
-    # Internal errors (a rule crashed, a file could not be written): exit code 2.
+    # Errors that make the run fail (exit code 2): a fixed file that could not be written.
     errors: List[str] = field(default_factory=list)
-    # Warnings for stderr (a fix dropped because its result would not parse).
+    # A rule's internal error on one node: one line each on stderr; the findings (and so the
+    # exit code) stand, since the error cost only that rule's piece at that node.
+    internal_errors: List[str] = field(default_factory=list)
+    # Warnings for stderr (a fix dropped because its result would not parse, a file skipped).
     warnings: List[str] = field(default_factory=list)
     fixed: int = 0
     diffs: List[str] = field(default_factory=list)
@@ -36,43 +41,80 @@ def run(
     rules = select_rules(settings)
     out = RunResult()
     for path in discover(list(paths) or ["."], settings):
-        display = relative_display(path)
-        try:
-            source = read_source(path)
-        except SourceError as exc:
-            out.diagnostics.append(io_error(display, str(exc)))
-            continue
-        file_rules = settings.rules_for(path, rules)
-        if not (fix or diff):
-            result = lint_source(display, source.text, file_rules, settings.precision)
-            out.diagnostics.extend(result.diagnostics)
-            out.errors.extend(result.errors)
-            continue
-        outcome = fix_source(display, source.text, file_rules, unsafe_fixes, settings.precision)
-        out.errors.extend(outcome.remaining.errors)
-        for d, reason in outcome.dropped:
-            out.warnings.append(
-                f"fix for {d.code} at {d.path}:{d.start.row}:{d.start.column} dropped: {reason}"
-            )
-        if outcome.source != source.text:
-            out.fixed += outcome.applied
-            if diff:
-                out.diffs.append(unified_diff(display, source.text, outcome.source))
-            else:
-                try:
-                    write_atomic(path, outcome.source, source.encoding)
-                except OSError as exc:
-                    out.errors.append(f"cannot write {display}: {exc}")
-                    continue
-        out.diagnostics.extend(outcome.remaining.diagnostics)
+        lint_file(path, settings, rules, out, fix, unsafe_fixes, diff)
     out.diagnostics.sort(key=Diagnostic.sort_key)
     return out
 
 
+def lint_file(path, settings: Settings, rules, out: RunResult, fix: bool, unsafe_fixes: bool, diff: bool) -> None:
+    """Lint (and fix) one file into `out`; every failure is reported and costs only this file."""
+    display = relative_display(path)
+    too_big = _over_size_limit(path, settings.max_file_size)
+    if too_big:
+        out.warnings.append(f"{display}: skipped: {too_big}")
+        return
+    try:
+        source = read_source(path)
+    except SourceError as exc:
+        out.diagnostics.append(io_error(display, str(exc)))
+        return
+    file_rules = settings.rules_for(path, rules)
+    if not (fix or diff):
+        result = lint_source(display, source.text, file_rules, settings.precision, settings.file_timeout)
+        _collect(out, display, result)
+        return
+    outcome = fix_source(display, source.text, file_rules, unsafe_fixes, settings.precision, settings.file_timeout)
+    _collect(out, display, outcome.remaining)
+    for d, reason in outcome.dropped:
+        out.warnings.append(f"fix for {d.code} at {d.path}:{d.start.row}:{d.start.column} dropped: {reason}")
+    if outcome.source != source.text:
+        if diff:
+            out.fixed += outcome.applied
+            out.diffs.append(unified_diff(display, source.text, outcome.source))
+        else:
+            try:
+                write_fixed(path, source, outcome.source)
+            except ChangedDuringRun as exc:
+                out.warnings.append(f"{display}: not fixed: {exc}")
+                out.diagnostics.extend(lint_source(display, source.text, file_rules, settings.precision,
+                                                   settings.file_timeout).diagnostics)
+                return
+            except OSError as exc:
+                out.errors.append(f"cannot write {display}: {exc}")
+                return
+            out.fixed += outcome.applied
+
+
+def _collect(out: RunResult, display: str, result) -> None:
+    out.diagnostics.extend(result.diagnostics)
+    out.internal_errors.extend(result.errors)
+    if result.skipped:
+        out.warnings.append(f"{display}: skipped: {result.skipped}")
+
+
+def _over_size_limit(path, limit: int) -> str:
+    if not limit:
+        return ""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return ""  # reading it reports the error
+    if size <= limit:
+        return ""
+    return f"{_size(size)} is over max-file-size ({_size(limit)})"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def unified_diff(display: str, before: str, after: str) -> str:
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
+        split_lines(before, keepends=True),
+        split_lines(after, keepends=True),
         fromfile=f"a/{display}",
         tofile=f"b/{display}",
     )

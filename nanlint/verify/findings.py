@@ -172,7 +172,7 @@ def lint_findings(paths: Sequence[str], settings: Settings) -> Findings:
     from ..runner import run
 
     result = run(paths, settings)
-    return Findings(result.diagnostics, result.errors)
+    return Findings(result.diagnostics, result.errors + result.internal_errors)
 
 
 def source_lines(d: Diagnostic) -> Optional[Dict[str, str]]:
