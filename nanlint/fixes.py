@@ -109,6 +109,7 @@ def fix_source(
     unsafe: bool,
     precision: Optional[str] = None,
     timeout: float = 0.0,
+    max_rounds: int = MAX_ROUNDS,
 ) -> FixOutcome:
     """Lint, apply the fixes that do not conflict, re-lint, until a fixed point. A file
     whose analysis is cut short (`result.skipped`) is not fixed: its findings may be partial."""
@@ -116,7 +117,7 @@ def fix_source(
     dropped: List[Tuple[Diagnostic, str]] = []
     rejected: Set[Tuple[str, Tuple[Edit, ...]]] = set()
     result = lint_source(path, source, rule_classes, precision, timeout)
-    for _ in range(MAX_ROUNDS):
+    for _ in range(max_rounds):
         if result.skipped:
             break
         candidates = [
