@@ -12,7 +12,6 @@ Precision (autocast, half) lives in precision.py; value ranges in ranges.py.
 
 from __future__ import annotations
 
-import io
 import tokenize
 import bisect
 import dataclasses
@@ -70,8 +69,11 @@ def comment_tokens(source: str) -> List[Tuple[int, int, str]]:
     """(row, 1-based column, text) of every comment, from the tokenizer: a `#` inside a
     string is not a comment."""
     found: List[Tuple[int, int, str]] = []
+    # Lines as Python counts them; a CR-only ending becomes LF (same length, so rows and
+    # columns are unchanged) because the tokenize module does not end lines at a lone CR.
+    lines = [line[:-1] + "\n" if line.endswith("\r") else line for line in split_lines(source, keepends=True)]
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        for tok in tokenize.generate_tokens(iter(lines).__next__):
             if tok.type == tokenize.COMMENT:
                 found.append((tok.start[0], tok.start[1] + 1, tok.string))
     except (tokenize.TokenError, SyntaxError):

@@ -314,3 +314,12 @@ def test_fix_never_recreates_or_overwrites_a_file_touched_during_the_run(cli, tm
         assert not path.exists()
     else:
         assert path.read_text() == "import torch\nx = 2\n"
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_noqa_holds_whatever_the_line_endings_and_odd_characters_above(cli, tmp_path, ending):
+    lines = ["import torch", 's = "a\u2028b\x85c"', "y = torch.log(torch.softmax(x, -1))  # noqa: NAN102",
+             "z = torch.log(torch.softmax(x, -1))", ""]
+    write(tmp_path / "m.py", ending.join(lines))
+    result = cli("m.py")
+    assert [l.split(" ")[0] for l in result.out.splitlines() if "NAN102" in l] == ["m.py:4:5:"]
