@@ -308,6 +308,18 @@ def rules_command(output_format: str) -> None:
 cli.add_command(verify_command)
 
 
+@cli.command("server")
+def server_command() -> None:
+    """Run the language server (LSP over stdio) for editors; needs nanlint[server]."""
+    from .server import INSTALL_HINT
+
+    try:
+        from .server.lsp import start
+    except ImportError as exc:
+        raise ConfigError(f"{INSTALL_HINT} ({exc})")
+    start()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name="nanlint", standalone_mode=False)
