@@ -30,8 +30,11 @@ class _DefaultToCheck(click.Group):
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
         if args and _looks_like_command(args[0], self.commands):
             close = difflib.get_close_matches(args[0], list(self.commands), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f" (commands: {', '.join(sorted(self.commands))})"
-            raise click.UsageError(f"no such command '{args[0]}'{hint}")
+            if close:
+                raise click.UsageError(f"no such command '{args[0]}'; did you mean '{close[0]}'?")
+            raise click.UsageError(
+                f"no such command or path '{args[0]}' (commands: {', '.join(sorted(self.commands))})"
+            )
         if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
             args = ["check"] + list(args)
         return super().parse_args(ctx, args)
