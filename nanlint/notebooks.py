@@ -12,6 +12,7 @@ The file is read with the standard library (json); nbformat is not needed to lin
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from .diagnostics import Diagnostic, Edit, Fix, Position
-from .engine import io_error, lint_source
+from .engine import SYNTAX_ERROR, io_error, lint_source
 from .files import write_atomic
 from .fixes import fix_source
 from .rules import Rule
@@ -420,7 +421,7 @@ def fix_notebook_text(
     module = notebook.module
     if not fix:
         result = lint_source(display, module, rules, precision)
-        out.diagnostics.extend(notebook.to_cells(d) for d in result.diagnostics)
+        out.diagnostics.extend(notebook.to_cells(d) for d in _ipython_syntax(module, result.diagnostics))
         out.errors.extend(result.errors)
         return raw
     outcome = fix_source(display, module, rules, unsafe_fixes, precision)
@@ -428,7 +429,7 @@ def fix_notebook_text(
     for d, reason in outcome.dropped:
         out.warnings.append(f"fix for {d.code} at {notebook.to_cells(d).where()} dropped: {reason}")
     if outcome.source == module:
-        out.diagnostics.extend(notebook.to_cells(d) for d in outcome.remaining.diagnostics)
+        out.diagnostics.extend(notebook.to_cells(d) for d in _ipython_syntax(module, outcome.remaining.diagnostics))
         return raw
     sources = notebook.cell_sources(outcome.source)
     new_raw = notebook.with_sources(sources)
@@ -451,3 +452,17 @@ def fix_notebook_text(
             if new != cell.source:
                 out.diffs.append(unified_diff(f"{display}:cell {cell.number}", cell.source, new))
     return new_raw
+
+
+def _ipython_syntax(module: str, diagnostics: List[Diagnostic]) -> List[Diagnostic]:
+    """Drop a syntax error Python reports only because IPython allows `await` outside a
+    function (the linter checks syntax as a script)."""
+    if not any(d.code == SYNTAX_ERROR for d in diagnostics):
+        return diagnostics
+    try:
+        compile(module, "<notebook>", "exec", flags=0x400 | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return diagnostics
+    return [d for d in diagnostics if d.code != SYNTAX_ERROR]
+
+

@@ -243,3 +243,13 @@ def test_stdin_notebook(tmp_path):
     )
     assert r.returncode == 1
     assert r.stdout.splitlines()[0].startswith("nb.ipynb:cell 4:2:8: NAN101")
+
+
+def test_top_level_await_is_not_a_syntax_error(tmp_path, monkeypatch, capsys):
+    # IPython runs `await` in a cell; Python's script parser would not.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain.ipynb").write_text(notebook("import asyncio\n", "await asyncio.sleep(0)\n"))
+    (tmp_path / "torch.ipynb").write_text(notebook("import torch\n", "z = await fetch()\ng = 1 / (1 + torch.exp(-z))\n"))
+    code, out, _ = run(capsys, "plain.ipynb", "torch.ipynb")
+    assert "NAN001" not in out
+    assert out.splitlines()[0].startswith("torch.ipynb:cell 2:2:5: NAN101")
