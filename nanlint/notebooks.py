@@ -20,7 +20,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from json.decoder import scanstring
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, List, Optional, Sequence, Tuple, Type
 
 from .diagnostics import Diagnostic, Edit, Fix, Position
 from .engine import SYNTAX_ERROR, io_error, lint_source
