@@ -356,12 +356,14 @@ def _suppressed_codes(comment: str) -> Optional[Set[str]]:
     return codes
 
 
-def _file_noqa(comments: Dict[int, List[str]]) -> Optional[Set[str]]:
+def _file_noqa(source: str, comments: Dict[int, List[str]]) -> Optional[Set[str]]:
     """The codes a file-level `# nanlint: noqa[: CODES]` suppresses (empty: all; None: none)."""
     codes: Optional[Set[str]] = None
-    for texts in comments.values():
+    lines = source.splitlines()
+    for row, texts in comments.items():
         for text in texts:
-            m = _FILE_NOQA.match(text.strip())
+            own_line = 0 < row <= len(lines) and lines[row - 1].strip() == text.strip()
+            m = _FILE_NOQA.match(text.strip()) if own_line else None
             if m:
                 listed = m.group("codes")
                 if not listed:
@@ -374,7 +376,7 @@ def apply_suppressions(source: str, diagnostics: List[Diagnostic]) -> List[Diagn
     if "noqa" not in source and "nanlint" not in source:
         return diagnostics
     comments = _comments(source)
-    file_codes = _file_noqa(comments) if "nanlint" in source else None
+    file_codes = _file_noqa(source, comments) if "nanlint" in source else None
     if file_codes is not None:
         diagnostics = [
             d for d in diagnostics if file_codes and not any(d.code.startswith(c) for c in file_codes)

@@ -158,6 +158,9 @@ def test_file_level_noqa(cli, tmp_path):
     assert codes(out) == ["NAN203"]
     code, out, _ = cli("other.py")
     assert codes(out) == ["NAN101", "NAN111"]
+    # On a line with code it is not file-level (and not a line-level noqa either).
+    (tmp_path / "trailing.py").write_text(TWO.replace("(-z))\n", "(-z))  # nanlint: noqa\n"))
+    assert codes(cli("trailing.py")[1]) == ["NAN101", "NAN111"]
     # A line-level bare `# noqa` stays line-level.
     code, out, _ = cli("line.py")
     assert codes(out) == ["NAN111"]
