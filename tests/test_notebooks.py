@@ -253,3 +253,13 @@ def test_top_level_await_is_not_a_syntax_error(tmp_path, monkeypatch, capsys):
     code, out, _ = run(capsys, "plain.ipynb", "torch.ipynb")
     assert "NAN001" not in out
     assert out.splitlines()[0].startswith("torch.ipynb:cell 2:2:5: NAN101")
+
+
+@pytest.mark.parametrize("indent", [None, 2, 4])
+def test_fix_keeps_the_files_own_layout(tmp_path, monkeypatch, capsys, indent):
+    monkeypatch.chdir(tmp_path)
+    cells = ("import torch\n", "z = torch.ones(3)\ng = 1 / (1 + torch.exp(-z))\nprint(g)\n")
+    (tmp_path / "nb.ipynb").write_text(notebook(*cells, indent=indent))
+    run(capsys, "--fix", "nb.ipynb")
+    expected = notebook(cells[0], cells[1].replace("1 / (1 + torch.exp(-z))", "torch.sigmoid(z)"), indent=indent)
+    assert (tmp_path / "nb.ipynb").read_text() == expected
