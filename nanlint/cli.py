@@ -56,6 +56,10 @@ def cli() -> None:
     """Find numerically unsafe PyTorch code (NaN/Inf hazards) and fix it."""
 
 
+# The formats `--statistics` can be written in.
+STATISTICS_FORMATS = ("text", "json")
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -119,11 +123,11 @@ def check(
     sources = None
     stdout_source = None
     if from_stdin:
-        from .runner import run_stdin
+        from .runner import run_stdin, stdin_display
 
         text = click.get_text_stream("stdin").read()
         result, fixed_text = run_stdin(text, stdin_filename, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
-        sources = {result_display(stdin_filename): fixed_text}
+        sources = {stdin_display(stdin_filename): fixed_text}  # for --output-format full
         if fix and not diff:
             stdout_source = fixed_text
     else:
@@ -169,15 +173,6 @@ def check(
     if internal_errors:
         sys.exit(2)
     sys.exit(1 if diagnostics and not exit_zero else 0)
-
-
-STATISTICS_FORMATS = ("text", "json")
-
-
-def result_display(stdin_filename: Optional[str]) -> str:
-    from .runner import stdin_display
-
-    return stdin_display(stdin_filename)
 
 
 def _use_color(no_color: bool) -> bool:
