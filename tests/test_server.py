@@ -218,3 +218,22 @@ def test_server_without_pygls_says_how_to_install(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith("nanlint: error: the language server needs pygls: pip install 'nanlint[server]'")
     assert r.stderr.count("\n") == 1
+
+
+def test_positions_are_in_utf16_units(tmp_path):
+    # An emoji is one character for nanlint and two UTF-16 units for the client.
+    text = 'import torch\n\n\ndef gate(z):\n    s = "😀"; g = 1 / (1 + torch.exp(-z))\n    return g\n'
+    path = tmp_path / "emoji.py"
+
+    async def scenario(s: Session) -> None:
+        uri = s.open(path, text)
+        (diag,) = await s.diagnostics(uri)
+        line = text.splitlines()[4]
+        start = line.index("1 / (")
+        assert diag.range.start.character == start + 1  # one extra unit for the emoji
+        assert diag.range.end.character == start + len("1 / (1 + torch.exp(-z))") + 1
+        (fix,) = [a for a in await s.actions(uri, diag) if a.is_preferred]
+        (edit,) = fix.edit.changes[uri]
+        assert (edit.range.start.character, edit.new_text) == (start + 1, "torch.sigmoid(z)")
+
+    run_session(tmp_path, scenario)
