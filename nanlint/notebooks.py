@@ -146,7 +146,8 @@ class Notebook:
         if not cell.strings:
             return cell.span[0]
         for quote, text in cell.strings:
-            if offset <= len(text) or (quote, text) == cell.strings[-1]:
+            # At a boundary, the start of the next string (a line's first column is there).
+            if offset < len(text) or (quote, text) == cell.strings[-1]:
                 break
             offset -= len(text)
         # Walk the escaped string: one decoded character per plain character or escape.

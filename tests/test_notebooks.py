@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from nanlint.cli import main
+from nanlint.diagnostics import Position
 from nanlint.notebooks import read_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,3 +264,12 @@ def test_fix_keeps_the_files_own_layout(tmp_path, monkeypatch, capsys, indent):
     run(capsys, "--fix", "nb.ipynb")
     expected = notebook(cells[0], cells[1].replace("1 / (1 + torch.exp(-z))", "torch.sigmoid(z)"), indent=indent)
     assert (tmp_path / "nb.ipynb").read_text() == expected
+
+
+def test_file_position_of_a_line_start_is_on_that_lines_string():
+    raw = notebook("import torch\nx = 1\ny = torch.exp(x)\n")
+    nb = read_notebook(raw)
+    lines = raw.splitlines()
+    for row, text in ((1, "import torch"), (2, "x = 1"), (3, "y = torch.exp(x)")):
+        p = nb.file_position(0, Position(row, 1))
+        assert lines[p.row - 1][p.column - 1:].startswith(text)
