@@ -280,3 +280,11 @@ def test_stdin_cannot_be_mixed_with_paths(cli, tmp_path):
     (tmp_path / "m.py").write_text(HAZARD)
     assert cli("-", "m.py")[0] == 2
     assert cli("--stdin-filename", "x.py", "m.py")[0] == 2
+
+
+def test_stdin_force_exclude_gives_the_source_back(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.nanlint]\nextend-exclude = ["generated"]\n')
+    r = nanlint("check", "--fix", "--force-exclude", "--stdin-filename", "generated/m.py", stdin=HAZARD, cwd=tmp_path)
+    assert (r.returncode, r.stdout) == (0, HAZARD)
+    r = nanlint("check", "--fix", "--stdin-filename", "generated/m.py", stdin=HAZARD, cwd=tmp_path)
+    assert r.stdout == FIXED  # without --force-exclude a named file is linted, as on the command line
