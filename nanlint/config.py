@@ -37,7 +37,7 @@ DEFAULT_MAX_FILE_SIZE = 1024 * 1024
 DEFAULT_FILE_TIMEOUT = 30.0
 # `precision = "fp16"`: the project runs in half precision (half-only hazards are reported
 # everywhere, not only where the file shows a half dtype).
-PRECISIONS = {"auto": None, "fp32": None, "fp16": "float16", "float16": "float16",
+PRECISIONS = {"auto": None, "fp32": None, "float32": None, "fp16": "float16", "float16": "float16",
               "bf16": "bfloat16", "bfloat16": "bfloat16"}
 
 # Never descended into when walking a directory (a file named explicitly is still linted).

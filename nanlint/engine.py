@@ -23,6 +23,11 @@ IO_ERROR = "NAN002"
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
 _IGNORE = re.compile(r"#\s*nanlint:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
 _SKIP_FILE = re.compile(r"#\s*nanlint:\s*skip-file\b", re.I)
+# `# nanlint: noqa` on a line of its own (ruff's `# ruff: noqa`): every finding in the file;
+# `# nanlint: noqa: NAN1, NAN205`: those codes (or prefixes) in the file.
+_FILE_NOQA = re.compile(
+    r"^#\s*nanlint:\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?\s*$", re.I
+)
 
 
 @dataclass
@@ -397,10 +402,31 @@ def _suppressed_codes(comment: str) -> Optional[Set[str]]:
     return codes
 
 
+def _file_noqa(source: str, comments: Dict[int, List[str]]) -> Optional[Set[str]]:
+    """The codes a file-level `# nanlint: noqa[: CODES]` suppresses (empty: all; None: none)."""
+    codes: Optional[Set[str]] = None
+    lines = source.splitlines()
+    for row, texts in comments.items():
+        for text in texts:
+            own_line = 0 < row <= len(lines) and lines[row - 1].strip() == text.strip()
+            m = _FILE_NOQA.match(text.strip()) if own_line else None
+            if m:
+                listed = m.group("codes")
+                if not listed:
+                    return set()
+                codes = (codes or set()) | {c.upper() for c in re.split(r"[\s,]+", listed) if c}
+    return codes
+
+
 def apply_suppressions(source: str, diagnostics: List[Diagnostic]) -> List[Diagnostic]:
     if "noqa" not in source and "nanlint" not in source:
         return diagnostics
     comments = _comments(source)
+    file_codes = _file_noqa(source, comments) if "nanlint" in source else None
+    if file_codes is not None:
+        diagnostics = [
+            d for d in diagnostics if file_codes and not any(d.code.startswith(c) for c in file_codes)
+        ]
     kept = []
     for d in diagnostics:
         rows = {d.start.row, d.end.row}

@@ -52,7 +52,7 @@ def _walk(root: Path, settings: Settings) -> Iterator[Path]:
             if not settings.excluded(d / n, below=root) and _key(d / n) not in ignored
         )
         for name in sorted(filenames):
-            if name.endswith((".py", ".pyi")):
+            if name.endswith((".py", ".pyi", ".ipynb")):
                 f = d / name
                 if not settings.excluded(f, below=root) and _key(f) not in ignored:
                     yield f

@@ -23,6 +23,8 @@ class FixOutcome:
     remaining: LintResult
     # Fixes dropped because the result would not parse: (diagnostic, reason).
     dropped: List[Tuple[Diagnostic, str]] = field(default_factory=list)
+    # The findings whose fixes were applied, in order (`--show-fixes`).
+    applied_diagnostics: List[Diagnostic] = field(default_factory=list)
 
 
 _LAYOUT = re.compile(r"\s+")
@@ -116,6 +118,7 @@ def fix_source(
     applied = 0
     dropped: List[Tuple[Diagnostic, str]] = []
     rejected: Set[Tuple[str, Tuple[Edit, ...]]] = set()
+    fixed_findings: List[Diagnostic] = []
     result = lint_source(path, source, rule_classes, precision, timeout)
     for _ in range(max_rounds):
         if result.skipped:
@@ -162,6 +165,8 @@ def fix_source(
         if not chosen or new_source == source:
             break
         applied += len(chosen)
+        fixed_findings.extend(chosen)
         source = new_source
         result = lint_source(path, source, rule_classes, precision, timeout)
-    return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped)
+    return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped,
+                      applied_diagnostics=fixed_findings)

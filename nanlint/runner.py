@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass, field
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple, Type
 
 from .config import Settings, relative_display, select_rules
 from .diagnostics import Diagnostic
@@ -27,6 +27,8 @@ class RunResult:
     warnings: List[str] = field(default_factory=list)
     fixed: int = 0
     diffs: List[str] = field(default_factory=list)
+    # (display path, finding) for every fix applied (`--show-fixes`).
+    applied: List[Tuple[str, Diagnostic]] = field(default_factory=list)
 
 
 def run(
@@ -53,36 +55,42 @@ def lint_file(path, settings: Settings, rules, out: RunResult, fix: bool, unsafe
     if too_big:
         out.warnings.append(f"{display}: skipped: {too_big}")
         return
+    file_rules = settings.rules_for(path, rules)
+    if path.suffix == ".ipynb":
+        from .notebooks import check_notebook
+
+        check_notebook(path, display, file_rules, settings.precision, out,
+                       fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+        return
     try:
         source = read_source(path)
     except SourceError as exc:
         out.diagnostics.append(io_error(display, str(exc)))
         return
-    file_rules = settings.rules_for(path, rules)
     if not (fix or diff):
-        result = lint_source(display, source.text, file_rules, settings.precision, settings.file_timeout)
-        _collect(out, display, result)
+        _collect(out, display, lint_source(display, source.text, file_rules, settings.precision, settings.file_timeout))
         return
     outcome = fix_source(display, source.text, file_rules, unsafe_fixes, settings.precision, settings.file_timeout)
-    _collect(out, display, outcome.remaining)
     for d, reason in outcome.dropped:
-        out.warnings.append(f"fix for {d.code} at {d.path}:{d.start.row}:{d.start.column} dropped: {reason}")
+        out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")
+    if outcome.source != source.text and not diff:
+        try:
+            write_fixed(path, source, outcome.source)
+        except ChangedDuringRun as exc:
+            # Nothing written: report the file as it was read.
+            out.warnings.append(f"{display}: not fixed: {exc}")
+            _collect(out, display, lint_source(display, source.text, file_rules, settings.precision,
+                                               settings.file_timeout))
+            return
+        except OSError as exc:
+            out.errors.append(f"cannot write {display}: {exc}")
+            return
     if outcome.source != source.text:
+        out.fixed += outcome.applied
+        out.applied.extend((display, d) for d in outcome.applied_diagnostics)
         if diff:
-            out.fixed += outcome.applied
             out.diffs.append(unified_diff(display, source.text, outcome.source))
-        else:
-            try:
-                write_fixed(path, source, outcome.source)
-            except ChangedDuringRun as exc:
-                out.warnings.append(f"{display}: not fixed: {exc}")
-                out.diagnostics.extend(lint_source(display, source.text, file_rules, settings.precision,
-                                                   settings.file_timeout).diagnostics)
-                return
-            except OSError as exc:
-                out.errors.append(f"cannot write {display}: {exc}")
-                return
-            out.fixed += outcome.applied
+    _collect(out, display, outcome.remaining)
 
 
 def _collect(out: RunResult, display: str, result) -> None:
@@ -122,3 +130,50 @@ def unified_diff(display: str, before: str, after: str) -> str:
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def stdin_display(stdin_filename: Optional[str]) -> str:
+    """How a source read from stdin is named in the report."""
+    return stdin_filename if stdin_filename is not None else "-"
+
+
+def run_stdin(
+    text: str,
+    stdin_filename: Optional[str],
+    settings: Settings,
+    fix: bool = False,
+    unsafe_fixes: bool = False,
+    diff: bool = False,
+) -> Tuple[RunResult, str]:
+    """Lint a source read from stdin (editors, formatters-on-save), named `stdin_filename`
+    for the settings (per-file-ignores, excludes with --force-exclude) and the report.
+    Returns the result and the source after fixes (the input unchanged without `fix`)."""
+    from pathlib import Path
+
+    out = RunResult()
+    display = stdin_display(stdin_filename)
+    rules: List[Type] = select_rules(settings)
+    if stdin_filename is not None:
+        path = Path(stdin_filename)
+        if settings.force_exclude and settings.excluded(path):
+            return out, text
+        rules = settings.rules_for(path, rules)
+    if display.endswith(".ipynb"):
+        from .notebooks import fix_notebook_text
+
+        new_text = fix_notebook_text(display, text, rules, settings.precision, out,
+                                     fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff)
+        return out, new_text
+    if not (fix or diff):
+        _collect(out, display, lint_source(display, text, rules, settings.precision, settings.file_timeout))
+        return out, text
+    outcome = fix_source(display, text, rules, unsafe_fixes, settings.precision, settings.file_timeout)
+    for d, reason in outcome.dropped:
+        out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")
+    if outcome.source != text:
+        out.fixed += outcome.applied
+        out.applied.extend((display, d) for d in outcome.applied_diagnostics)
+        if diff:
+            out.diffs.append(unified_diff(display, text, outcome.source))
+    _collect(out, display, outcome.remaining)
+    return out, outcome.source

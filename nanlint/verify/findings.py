@@ -137,8 +137,17 @@ def parse_findings(text: str, source: str = "findings") -> List[Diagnostic]:
             message=item["message"],
             fix=_fix(item.get("fix"), where),
             probe=_probe(item.get("probe"), where),
+            cell=_cell(item.get("cell"), where),
         ))
     return out
+
+
+def _cell(raw: Any, where: str) -> Optional[int]:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise FindingsError(f"{where}: `cell` must be a positive integer or null")
+    return raw
 
 
 def read_findings(path: str) -> List[Diagnostic]:
@@ -176,12 +185,21 @@ def lint_findings(paths: Sequence[str], settings: Settings) -> Findings:
 
 
 def source_lines(d: Diagnostic) -> Optional[Dict[str, str]]:
-    """The finding's lines before and after its fix, when the file can be read."""
-    try:
-        with open(d.path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines(keepends=True)
-    except (OSError, UnicodeDecodeError):
-        return None
+    """The finding's lines before and after its fix, when the file can be read (in a
+    notebook, the finding's cell)."""
+    if d.cell is not None:
+        from ..notebooks import cell_text
+
+        text = cell_text(d.path, d.cell)
+        if text is None:
+            return None
+        lines = text.splitlines(keepends=True)
+    else:
+        try:
+            with open(d.path, encoding="utf-8") as fh:
+                lines = fh.read().splitlines(keepends=True)
+        except (OSError, UnicodeDecodeError):
+            return None
     first, last = d.start.row, d.end.row
     if first < 1 or last > len(lines):
         return None

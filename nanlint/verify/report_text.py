@@ -38,7 +38,7 @@ def render_text(outcome: Outcome) -> str:
     lines: List[str] = []
     for r in outcome.results:
         d = r.diagnostic
-        lines.append(f"{d.path}:{d.start.row}:{d.start.column}: {d.code} {r.verification.line()}")
+        lines.append(f"{d.where()}: {d.code} {r.verification.line()}")
     lines.append(summary(outcome))
     return "\n".join(lines) + "\n"
 
