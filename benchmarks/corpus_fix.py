@@ -40,12 +40,12 @@ def digest(root: Path) -> Dict[str, str]:
     }
 
 
-def run_fix(root: Path) -> Dict[str, object]:
+def run_fix(root: Path, fix: bool = True) -> Dict[str, object]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     start = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "nanlint", "check", "--select", "ALL", "--fix", "--unsafe-fixes",
-         "--exit-zero", "--output-format", "json", "."],
+        [sys.executable, "-m", "nanlint", "check", "--select", "ALL", "--unsafe-fixes", "--exit-zero",
+         "--output-format", "json", "."] + (["--fix"] if fix else []),
         cwd=root, capture_output=True, text=True,
         env={**os.environ, "PYTHONPATH": str(HERE.parent)},
     )
@@ -81,6 +81,7 @@ def main(argv: List[str] = None) -> int:
             shutil.copytree(fetch(name), scratch / name, ignore=shutil.ignore_patterns(".complete"))
         files = list(scratch.rglob("*.py"))
         original = digest(scratch)
+        found = run_fix(scratch, fix=False)
         first = run_fix(scratch)
         after_first = digest(scratch)
         unparsable = []
@@ -95,18 +96,20 @@ def main(argv: List[str] = None) -> int:
         changed_again = [rel for rel in after_second if after_second[rel] != after_first.get(rel)]
         print(f"packages: {', '.join(f'{n}=={PACKAGES[n][0]}' for n in names)}")
         print(f"files {len(files)}, changed by --fix {sum(1 for r in after_first if after_first[r] != original.get(r))}")
-        print(f"first run: exit {first['code']}, findings left {first['findings']}, "
+        print(f"check: findings {found['findings']}, wall {found['wall']:.1f} s, peak RSS {found['peak_mb']:.0f} MB")
+        print(f"--fix: exit {first['code']}, findings left {first['findings']}, "
               f"wall {first['wall']:.1f} s, peak RSS {first['peak_mb']:.0f} MB")
-        print(f"crashes {int(first['crash']) + int(second['crash'])}, internal errors "
-              f"{len(first['internal']) + len(second['internal'])}, unparsable {len(unparsable)}, "
+        print(f"crashes {int(found['crash']) + int(first['crash']) + int(second['crash'])}, internal errors "
+              f"{len(found['internal']) + len(first['internal']) + len(second['internal'])}, unparsable {len(unparsable)}, "
               f"changed by a second --fix {len(changed_again)}")
-        for line in (first["internal"] + second["internal"])[:10]:
+        for line in (found["internal"] + first["internal"] + second["internal"])[:10]:
             print("  " + line)
         for rel in (unparsable + changed_again)[:10]:
             print("  " + rel)
-        if first["crash"]:
-            print(first["stderr"][-2000:])
-        bad = first["crash"] or second["crash"] or unparsable or changed_again
+        for run in (found, first, second):
+            if run["crash"]:
+                print(run["stderr"][-3000:])
+        bad = found["crash"] or first["crash"] or second["crash"] or unparsable or changed_again
         return 1 if bad else 0
     finally:
         if not args.keep:
