@@ -18,9 +18,10 @@ from . import INSTALL_HINT
 
 
 @click.command("verify")
-@click.argument("paths", nargs=-1, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path())  # with --from: where the report may quote source
 @click.option("--from", "from_file", metavar="FINDINGS.json",
-              help="Verify the findings in this file (the output of `nanlint check --output-format json`; - for stdin) instead of linting PATHS.")
+              help="Verify the findings in this file (the output of `nanlint check --output-format json`; - for stdin) "
+                   "instead of linting; PATHS then only name where the report may quote source lines from.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to run: auto is CUDA when torch sees a GPU, else the CPU.")
 @click.option("--select", metavar="CODES", help="Comma-separated codes or prefixes to verify (as in check).")
@@ -59,10 +60,11 @@ def verify_command(
     from ..config import apply_cli, load_settings
     from .findings import FindingsError, lint_findings, read_findings, selected
 
-    if from_file is not None and paths:
-        raise click.UsageError("give PATHS or --from FINDINGS.json, not both")
     settings = apply_cli(load_settings(config_path), select, extend_select, ignore)
     errors = []
+    # The report quotes source lines only from files under the paths the user linted (with
+    # --from, the PATHS given beside it); a findings file alone quotes no file.
+    source_roots = list(paths) if paths else ([] if from_file is not None else ["."])
     if from_file is not None:
         try:
             diagnostics = read_findings(from_file)
@@ -89,6 +91,7 @@ def verify_command(
     progress = Progress(len(probed))
     outcome = verify_all(diagnostics, where, want_sweep=report_path is not None, progress=progress.step)
     outcome.errors[:0] = errors
+    outcome.source_roots = source_roots
     for message in outcome.errors:
         click.echo(f"nanlint: error: {message}", err=True)
     if output_format == "json":

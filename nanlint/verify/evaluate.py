@@ -20,6 +20,7 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import torch
 
+from .budget import BudgetExceeded
 from .contexts import Context
 from .sandbox import EvaluationError, Interpreter, Refused
 
@@ -89,6 +90,7 @@ def run_program(
         return value
 
     manager = context.autocast_manager() if context is not None else _null()
+    program.budget.start(n if mode == "vmap" else 1)
     try:
         with manager:
             if mode == "flat":
@@ -104,6 +106,8 @@ def run_program(
                 out = torch.stack(outs)
     except (EvaluationError, Refused) as exc:
         return Run(error=str(exc))
+    except BudgetExceeded:
+        raise  # the whole finding stops: a refusal, not a context's error
     except Exception as exc:  # noqa: BLE001 - torch's own errors (shapes, dtypes, vmap)
         return Run(error=f"{type(exc).__name__}: {_first_line(exc)}")
     return _finish(out, leaves, grad_inputs)

@@ -51,6 +51,7 @@ from .evaluate import (
     subnormal,
     trusted,
 )
+from .budget import MAX_INPUTS, Budget, BudgetExceeded
 from .inputs import InputSpec, PointSet, index_shape, make_points, point_shape
 from .sandbox import CheckedExpression, Interpreter, Refused, check_expression
 from .verdict import (
@@ -140,15 +141,19 @@ def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
             if role != "float":
                 value = None  # a mask or an index is generated, whatever the source said
         specs.append(InputSpec(n, role, float(value) if value is not None else None, domain))
+    varying = [s for s in specs if s.value is None]
+    if len(varying) > MAX_INPUTS:
+        raise Refused(f"{len(varying)} varying inputs (at most {MAX_INPUTS} are combined)")
     elementwise = original.elementwise and (fixed is None or fixed.elementwise)
     rank = max(original.rank, fixed.rank if fixed is not None else 1)
     if any(s.role == "index" for s in specs):
         rank = max(rank, 2)  # class indices: a batch of rows, one target per row
+    budget = Budget()
     return Prepared(
         original=original,
         fixed=fixed,
-        program_o=Interpreter(original),
-        program_f=Interpreter(fixed) if fixed is not None else None,
+        program_o=Interpreter(original, budget=budget),
+        program_f=Interpreter(fixed, budget=budget) if fixed is not None else None,
         specs=specs,
         shape=point_shape(elementwise, rank),
         mode="flat" if elementwise else "vmap",
@@ -183,7 +188,8 @@ def make_batch(points: PointSet, dtype: torch.dtype, device: str, grad_inputs) -
     rows = keep.nonzero().flatten()
     columns = {k: v[rows].to(device) for k, v in cast.items()}
     columns64 = {k: (v.to(torch.float64) if v.is_floating_point() else v) for k, v in columns.items()}
-    mags = [columns64[k].abs().reshape(len(rows), -1).amax(dim=1) for k in grad_inputs if k in columns64]
+    mags = [columns64[k].abs().reshape(len(rows), -1).amax(dim=1) for k in grad_inputs
+            if k in columns64 and len(rows)]
     magnitude = (torch.stack(mags).amax(dim=0) if mags
                  else torch.zeros(len(rows), dtype=torch.float64, device=device))
     sub = torch.zeros(len(rows), dtype=torch.bool, device=device)
@@ -213,9 +219,16 @@ def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
         return not_verifiable(f"refused without running it: {exc}", device)
     if not any(s.value is None for s in prepared.specs):
         return not_verifiable("the expression has no input to vary", device)
+    prepared.program_o.budget.arm()
+    try:
+        with single_threaded():
+            points = make_points(prepared.specs, prepared.shape, index_shape(prepared.shape))
+            result = _verify_points(prepared, points, device)
+    except BudgetExceeded as exc:
+        return not_verifiable(f"refused: {exc}", device)
+    except MemoryError:
+        return not_verifiable("refused: ran out of memory", device)
     with single_threaded():
-        points = make_points(prepared.specs, prepared.shape, index_shape(prepared.shape))
-        result = _verify_points(prepared, points, device)
         if result.verdict != NOT_VERIFIABLE and want_sweep:
             from .sweep import build_sweep
 
@@ -237,6 +250,9 @@ def _verify_points(p: Prepared, points: PointSet, device: str) -> Verification:
                                points.constants, None, p.grad_inputs)
         return run_program(program, p.mode, batch.columns, points.constants, ctx, p.grad_inputs)
 
+    empty = {dt for dt, b in batches.items() if b.magnitude.shape[0] == 0}
+    if torch.float32 in empty:
+        return not_verifiable("refused: no point of the inputs' domains is finite in float32", device)
     # Float64 references (no autocast) per input dtype; vmap trouble -> loop on a subsample.
     probe_run = run(p.program_o, batches[torch.float32], None, True)
     if probe_run.error and p.mode == "vmap":
@@ -248,6 +264,8 @@ def _verify_points(p: Prepared, points: PointSet, device: str) -> Verification:
         return not_verifiable(f"the original does not run: {probe_run.error}", device)
     refs: Dict[torch.dtype, Tuple[Run, Optional[Run]]] = {}
     for dtype in C.DTYPES:
+        if dtype in empty:
+            continue
         ref_o = probe_run if dtype == torch.float32 else run(p.program_o, batches[dtype], None, True)
         ref_f = run(p.program_f, batches[dtype], None, True) if p.program_f is not None else None
         refs[dtype] = (ref_o, ref_f)
@@ -265,6 +283,11 @@ def _verify_points(p: Prepared, points: PointSet, device: str) -> Verification:
         _same_function(p, batches[torch.float32], probe_run, ref_f32, found)
     for index, ctx in enumerate(contexts):
         batch = batches[ctx.dtype]
+        if ctx.dtype in empty:
+            why = f"no point of the inputs' domains is finite in {C.dtype_name(ctx.dtype)}"
+            outcomes.append(ContextOutcome(ctx.to_json(), ctx.name, 0, SideStats(error=why),
+                                           SideStats(error=why) if p.program_f is not None else None))
+            continue
         ref_o, ref_f = refs[ctx.dtype]
         ro = run(p.program_o, batch, ctx, False)
         rf = run(p.program_f, batch, ctx, False) if p.program_f is not None else None

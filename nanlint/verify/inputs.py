@@ -72,6 +72,8 @@ class PointSet:
 
 
 def _fmt(v: float) -> str:
+    if not math.isfinite(v):
+        return str(v)
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return f"{v:.6g}"
@@ -259,27 +261,32 @@ def make_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=
     for s in varying:
         others = [o for o in varying if o is not s]
         per_value = math.prod(len(typical[o.name]) for o in others)
+        held = {o.name: typical[o.name] for o in others}
+        if 2 * per_value > share:  # many inputs: the others each hold one typical value
+            held = {o.name: typical[o.name][:1] for o in others}
+            per_value = 1
         own = torch.arange(full[s.name].shape[0])
         if len(own) * per_value > share:
             keep = max(2, share // per_value)
             own = torch.linspace(0, len(own) - 1, keep).round().long().unique()
-        combos = torch.meshgrid(own, *[typical[o.name] for o in others], indexing="ij")
+        combos = torch.meshgrid(own, *[held[o.name] for o in others], indexing="ij")
         vals = {s.name: full[s.name][combos[0].reshape(-1)]}
         for o, c in zip(others, combos[1:]):
             vals[o.name] = full[o.name][c.reshape(-1)]
         add(vals)
     # (b) a coarse product.
     coarse = {s.name: _candidates(s, shapes[s.name], coarse=True) for s in varying}
-    limit = max(2, int((budget // 3) ** (1.0 / len(varying))))
-    picked = {}
-    for s in varying:
-        c = coarse[s.name]
-        if c.shape[0] > limit:
-            sel = torch.linspace(0, c.shape[0] - 1, limit).round().long()
-            c = c[sel]
-        picked[s.name] = c
-    grids = torch.meshgrid(*[torch.arange(picked[s.name].shape[0]) for s in varying], indexing="ij")
-    add({s.name: picked[s.name][g.reshape(-1)] for s, g in zip(varying, grids)})
+    limit = int((budget // 3) ** (1.0 / len(varying)))
+    if limit >= 2:  # with many inputs even two values each would be too many points
+        picked = {}
+        for s in varying:
+            c = coarse[s.name]
+            if c.shape[0] > limit:
+                sel = torch.linspace(0, c.shape[0] - 1, limit).round().long()
+                c = c[sel]
+            picked[s.name] = c
+        grids = torch.meshgrid(*[torch.arange(picked[s.name].shape[0]) for s in varying], indexing="ij")
+        add({s.name: picked[s.name][g.reshape(-1)] for s, g in zip(varying, grids)})
     # (c) the same value for every input of the same candidates (x == y).
     float_inputs = [s for s in varying if s.role == "float"]
     if len(float_inputs) > 1 and len({(s.domain, shapes[s.name]) for s in float_inputs}) == 1:

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import RULES_URL
-from .findings import source_lines
+from .findings import printable, source_lines
 from .report_text import counts, summary
 from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, VERDICTS
 from .verifier import Outcome, Verified
@@ -56,7 +56,8 @@ details{margin-top:6px} summary{cursor:pointer;color:#0969da}
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """HTML-escaped, control characters shown as escapes (text may come from a findings file)."""
+    return html.escape(printable(str(text)), quote=True)
 
 
 def _badge(verdict: str) -> str:
@@ -88,7 +89,7 @@ def render_html(outcome: Outcome) -> str:
                      f"{_badge(r.verification.verdict)}</li>")
     parts.append("</ol></nav></div>")
     for i, r in enumerate(outcome.results):
-        parts.append(_finding(i, r, plots_available))
+        parts.append(_finding(i, r, plots_available, outcome.source_roots))
     if outcome.unprobed:
         parts.append('<div class="card"><b>Findings without a probe (not verified)</b><ul>')
         for d in outcome.unprobed:
@@ -98,7 +99,7 @@ def render_html(outcome: Outcome) -> str:
     return "".join(parts)
 
 
-def _finding(i: int, r: Verified, plots: bool) -> str:
+def _finding(i: int, r: Verified, plots: bool, roots: List[str]) -> str:
     d, v = r.diagnostic, r.verification
     out = [f'<section class="card" id="f{i}">']
     out.append(f"<h2>{_e(d.path)}:{d.start.row}:{d.start.column} "
@@ -111,7 +112,7 @@ def _finding(i: int, r: Verified, plots: bool) -> str:
     out.append(f'<p class="reason">{_e(v.reason)}</p>')
     for note in v.notes:
         out.append(f'<p class="note">Note: {_e(note)}</p>')
-    out.append(_code(d, v))
+    out.append(_code(d, v, roots))
     if v.harness is not None:
         out.append(_harness_table(v.harness))
     if v.contexts:
@@ -126,9 +127,9 @@ def _finding(i: int, r: Verified, plots: bool) -> str:
     return "".join(out)
 
 
-def _code(d, v) -> str:
+def _code(d, v, roots: List[str]) -> str:
     before = after = None
-    lines = source_lines(d)
+    lines = source_lines(d, roots)
     if lines is not None:
         before = textwrap.dedent(lines["before"])
         after = textwrap.dedent(lines["after"]) if lines["after"] is not None else None

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any, Dict, List
 
 from ..output.json_format import to_dict
+from .findings import printable_line
 from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, VERDICTS
 from .verifier import Outcome
 
@@ -38,7 +39,8 @@ def render_text(outcome: Outcome) -> str:
     lines: List[str] = []
     for r in outcome.results:
         d = r.diagnostic
-        lines.append(f"{d.path}:{d.start.row}:{d.start.column}: {d.code} {r.verification.line()}")
+        # Names and codes may come from a findings file: never let them drive the terminal.
+        lines.append(printable_line(f"{d.path}:{d.start.row}:{d.start.column}: {d.code} {r.verification.line()}"))
     lines.append(summary(outcome))
     return "\n".join(lines) + "\n"
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from . import whitelist as W
+from .budget import Budget, estimate
 
 MAX_SOURCE_CHARS = 4000
 MAX_NODES = 600
@@ -515,16 +516,28 @@ class Interpreter:
     `reference_dtype` (an epsilon taken from `torch.finfo(x.dtype)` is a constant of the
     program, not of float64)."""
 
-    def __init__(self, checked: CheckedExpression, reference_dtype: Any = None):
+    def __init__(self, checked: CheckedExpression, reference_dtype: Any = None,
+                 budget: Optional[Budget] = None):
         import torch
 
         self.torch = torch
         self.checked = checked
         self.reference_dtype = reference_dtype
+        # Every op's size and work are bounded before it runs and checked after (budget.py).
+        self.budget = budget if budget is not None else Budget()
         self._functions: Dict[str, Any] = {}
 
     def for_reference(self, dtype: Any) -> "Interpreter":
-        return Interpreter(self.checked, reference_dtype=dtype)
+        return Interpreter(self.checked, reference_dtype=dtype, budget=self.budget)
+
+    def _bounded(self, what: str, short: str, fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+                 receiver_first: Sequence[Any]) -> Any:
+        """Run one op inside the budget: estimated before, measured after."""
+        elements, flops = estimate(short, receiver_first, kwargs)
+        self.budget.before(what, elements, flops)
+        value = fn(*args, **kwargs)
+        self.budget.after(what, value)
+        return value
 
     def __call__(self, env: Mapping[str, Any]) -> Any:
         try:
@@ -576,7 +589,9 @@ class Interpreter:
         if isinstance(node, ast.BinOp):
             left = self._eval(node.left, env)
             right = self._eval(node.right, env)
-            return self._binary(node.op, left, right)
+            short = "matmul" if isinstance(node.op, ast.MatMult) else "binary"
+            return self._bounded(f"operator {type(node.op).__name__}", short,
+                                 lambda a, b: self._binary(node.op, a, b), (left, right), {}, (left, right))
         if isinstance(node, ast.UnaryOp):
             value = self._eval(node.operand, env)
             if not isinstance(value, (torch.Tensor, int, float, bool)):
@@ -593,7 +608,10 @@ class Interpreter:
             value = self._eval(node.value, env)
             if not isinstance(value, (torch.Tensor, torch.Size)):
                 raise EvaluationError(f"subscript of a {type(value).__name__}")
-            return value[self._index(node.slice, env)]
+            index = self._index(node.slice, env)
+            result = value[index]
+            self.budget.after("indexing", result)
+            return result
         if isinstance(node, (ast.Tuple, ast.List)):
             return tuple(self._eval(e, env) for e in node.elts)
         raise Refused(f"{_describe(node)} is not allowed")
@@ -658,7 +676,7 @@ class Interpreter:
                 raise EvaluationError(f"{what} called on a non-tensor")
             if what in W.SIZED_FUNCTIONS:
                 _check_size(torch, what, args, kwargs)
-            return fn(*args, **kwargs)
+            return self._bounded(what, method, fn, args, kwargs, args)
         if kind == "method":
             receiver = self._eval(node.func.value, env)
             if not isinstance(receiver, torch.Tensor):
@@ -668,7 +686,8 @@ class Interpreter:
                     raise EvaluationError("`.to()` only with a dtype")
             if self.reference_dtype is not None and what in _CASTS and _to_floating(torch, what, args, kwargs):
                 return self._reference_cast(receiver)
-            return getattr(receiver, what)(*args, **kwargs)
+            return self._bounded(f".{what}()", what, getattr(receiver, what), args, kwargs,
+                                 [receiver] + list(args))
         if kind == "builtin":
             for v in args:
                 if isinstance(v, str) and what != "float":
