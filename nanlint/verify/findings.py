@@ -190,7 +190,9 @@ def read_findings(path: str) -> List[Diagnostic]:
         if path == "-":
             import sys
 
-            data = sys.stdin.buffer.read(MAX_FINDINGS_BYTES + 1)
+            stream = getattr(sys.stdin, "buffer", None)
+            data = (stream.read(MAX_FINDINGS_BYTES + 1) if stream is not None
+                    else sys.stdin.read(MAX_FINDINGS_BYTES + 1).encode("utf-8", "surrogateescape"))
             shown = "stdin"
         else:
             with open(path, "rb") as fh:
