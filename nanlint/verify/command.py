@@ -5,6 +5,8 @@ runs, and exits 2 with one line when torch is missing.
 
 Exit codes: 0 nothing confirmed and no fix failed; 1 some finding confirmed or some fix
 failed (with --exit-zero: 0); 2 usage, configuration or internal error, or torch missing.
+A "possible" finding (a failure found only with inputs the analysis could not bound) and a
+refused one ("not-verifiable", e.g. over the per-finding budget) do not change the code.
 """
 
 from __future__ import annotations

@@ -61,6 +61,7 @@ from .verdict import (
     KIND_ORDER,
     NOT_REPRODUCED,
     NOT_VERIFIABLE,
+    POSSIBLE,
     ROUNDING,
     SINGULAR,
     ContextOutcome,
@@ -108,6 +109,7 @@ class Prepared:
     mode: str
     grad_inputs: List[str] = field(default_factory=list)
     exact: bool = True  # the fix is exact in real arithmetic (a safe fix)
+    relations: Tuple[Tuple[str, str, str], ...] = ()  # proven relations between inputs
 
 
 def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
@@ -129,18 +131,26 @@ def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
         for n, d in fixed.implied_domains.items():
             implied.setdefault(n, d)
     info = {i.name: i for i in probe.inputs}
+    nonzero = {r[0] for r in probe.relations if r[1] in (">", "!=") and _is_zero(r[2])}
     specs: List[InputSpec] = []
     for n in names:
         pi = info.get(n)
         role = roles.get(n, "float")
         value = pi.value if pi is not None else None
-        domain = _domain(pi.domain if pi is not None else None, n) or implied.get(n)
+        given = _domain(pi.domain if pi is not None else None, n)
+        domain = given or implied.get(n)
+        kind = pi.kind if pi is not None else "real"
+        if kind == "probability":
+            domain = _intersect(domain, (0.0, 1.0), n)
         if value is not None:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(float(value)):
                 raise Refused(f"constant for {n} is not a finite number")
             if role != "float":
                 value = None  # a mask or an index is generated, whatever the source said
-        specs.append(InputSpec(n, role, float(value) if value is not None else None, domain))
+        proven = (value is not None or given is not None or n in implied or role == "index"
+                  or kind != "real" or bool(pi is not None and pi.evidence))
+        specs.append(InputSpec(n, role, float(value) if value is not None else None, domain, kind=kind,
+                               dim=pi.dim if pi is not None else None, proven=proven, nonzero=n in nonzero))
     varying = [s for s in specs if s.value is None]
     if len(varying) > MAX_INPUTS:
         raise Refused(f"{len(varying)} varying inputs (at most {MAX_INPUTS} are combined)")
@@ -148,6 +158,13 @@ def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
     rank = max(original.rank, fixed.rank if fixed is not None else 1)
     if any(s.role == "index" for s in specs):
         rank = max(rank, 2)  # class indices: a batch of rows, one target per row
+    for spec in varying:
+        if spec.kind == "simplex":  # a distribution needs the axis it sums along
+            elementwise = False
+            d = spec.dim if spec.dim is not None else -1
+            if abs(d) > 3:
+                raise Refused(f"simplex dim {d} of {spec.name} is beyond the ranks tried")
+            rank = max(rank, d + 1 if d >= 0 else -d)
     budget = Budget()
     return Prepared(
         original=original,
@@ -157,9 +174,26 @@ def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
         specs=specs,
         shape=point_shape(elementwise, rank),
         mode="flat" if elementwise else "vmap",
-        grad_inputs=[s.name for s in specs if s.value is None and s.role == "float"],
+        grad_inputs=[s.name for s in specs if s.differentiable],
         exact=exact,
+        relations=tuple(probe.relations),
     )
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except (TypeError, ValueError):
+        return False
+
+
+def _intersect(domain, unit, name) -> Tuple[float, float]:
+    if domain is None:
+        return unit
+    lo, hi = max(domain[0], unit[0]), min(domain[1], unit[1])
+    if lo > hi:
+        raise Refused(f"domain of {name} does not meet [0, 1] although it is a probability")
+    return (lo, hi)
 
 
 def _domain(raw, name) -> Optional[Tuple[float, float]]:
@@ -222,7 +256,11 @@ def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
     prepared.program_o.budget.arm()
     try:
         with single_threaded():
-            points = make_points(prepared.specs, prepared.shape, index_shape(prepared.shape))
+            points = make_points(prepared.specs, prepared.shape, index_shape(prepared.shape),
+                                 prepared.relations)
+            if points.columns and points.size == 0:
+                return not_verifiable("refused: no input point satisfies the probe's relations and domains",
+                                      device)
             result = _verify_points(prepared, points, device)
     except BudgetExceeded as exc:
         return not_verifiable(f"refused: {exc}", device)
@@ -609,6 +647,18 @@ def _overflow_witness(skipped: List[ContextOutcome], device: str, need_fix: bool
 
 def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found: _Found,
             device: str) -> Verification:
+    v = _decide_unqualified(p, points, outcomes, found, device)
+    unbounded = [s.name for s in p.specs if s.value is None and not s.proven]
+    if v.verdict == CONFIRMED and unbounded:
+        # The failure was found with inputs the analysis proved nothing about.
+        v.verdict = POSSIBLE
+        v.reason = (f"found only with inputs the analysis could not bound ({', '.join(unbounded)}: any "
+                    f"value tried); {v.reason}")
+    return v
+
+
+def _decide_unqualified(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found: _Found,
+                        device: str) -> Verification:
     ranges = points.describe()
     n_points = max((o.points for o in outcomes), default=0)
     ran = [o for o in outcomes if o.original.error is None]

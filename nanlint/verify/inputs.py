@@ -37,14 +37,40 @@ class InputSpec:
     role: str = "float"  # "float" | "bool" | "index"
     value: Optional[float] = None  # a constant from the source
     domain: Optional[Tuple[float, float]] = None
+    # What the analysis proved (diagnostics.INPUT_KINDS): "real", "probability", "simplex"
+    # (sums to 1 along `dim`), "mask" (0/1), "count" (integer >= 0), "integer".
+    kind: str = "real"
+    dim: Optional[int] = None
+    # The values are bounded by something the code does (the analysis's evidence, a kind, a
+    # domain, an operation's contract such as a loss target); otherwise any value is tried
+    # and a failure that needs it is only "possible".
+    proven: bool = False
+    # A mask or count proven never all-zero (a relation `m > 0`): no all-false rows.
+    nonzero: bool = False
+
+    @property
+    def differentiable(self) -> bool:
+        return self.value is None and self.role == "float" and self.kind not in ("mask", "count", "integer")
 
     def describe(self) -> str:
         if self.value is not None:
             return f"{self.name} = {_fmt(self.value)} (constant from the source)"
         if self.role == "bool":
-            return f"{self.name}: masks (all true, all false, mixed)"
+            empty = "" if self.nonzero else ", all false"
+            return f"{self.name}: masks (all true{empty}, mixed)"
         if self.role == "index":
             return f"{self.name}: class indices"
+        if self.kind == "simplex":
+            axis = self.dim if self.dim is not None else -1
+            return (f"{self.name}: probability rows summing to 1 along dim {axis} (uniform, one-hot, "
+                    "peaked with tiny entries, decaying)")
+        if self.kind == "mask":
+            empty = "" if self.nonzero else ", all 0"
+            return f"{self.name}: 0/1 masks (all 1{empty}, mixed, a single 1)"
+        if self.kind in ("count", "integer"):
+            lo = 1 if self.nonzero else (0 if self.kind == "count" else None)
+            where = f">= {lo}" if lo is not None else "of either sign"
+            return f"{self.name}: integers {where} (0, 1, small, large)"
         if self.domain is not None:
             lo, hi = self.domain
             return f"{self.name} in [{_fmt(lo)}, {_fmt(hi)}] (its known domain, ends and the points next to them)"
@@ -184,26 +210,84 @@ def _patterns(v: float, shape: Tuple[int, ...], domain) -> List[List[float]]:
     return rows
 
 
+def _simplex_rows(shape: Tuple[int, ...], dim: int, coarse: bool) -> torch.Tensor:
+    """(K, *shape) tensors, non-negative, summing to 1 along `dim`."""
+    size = shape[dim] if shape else 1
+    tiny = [0.0, 1e-45, 1e-38, 1e-30, 1e-12, 1e-8, 6e-8, 1e-6, 1e-4, 1e-3, 0.01, 0.1]
+    if coarse:
+        tiny = [0.0, 1e-30, 1e-8, 1e-3, 0.1]
+    rows = [[1.0 / size] * size]
+    for t in tiny:  # one class takes almost everything, the others `t` each
+        rows.append([1.0 - t * (size - 1)] + [t] * (size - 1))
+        rows.append([t] * (size - 1) + [1.0 - t * (size - 1)])
+    rows.append([2.0 ** -(i + 1) for i in range(size)])
+    rows[-1][-1] += 1.0 - sum(rows[-1])
+    rows.append([0.5, 0.5] + [0.0] * (size - 2) if size >= 2 else [1.0])
+    rows = [r for r in rows if min(r) >= 0.0]
+    vec = torch.tensor(rows, dtype=torch.float64)  # (K, size)
+    vec = vec / vec.sum(dim=1, keepdim=True)
+    if not shape:
+        return vec.reshape(-1)
+    # Place each row along `dim`, the same row in every other position (and a rolled copy).
+    axis = dim % len(shape)
+    view = [1] * len(shape)
+    view[axis] = size
+    out = []
+    for r in vec:
+        base = r.reshape(view).expand(shape)
+        out.append(base)
+        out.append(torch.roll(base, shifts=1, dims=axis))
+    return torch.stack(out)
+
+
+def _integer_values(spec: InputSpec, coarse: bool) -> List[float]:
+    vals = [0.0, 1.0, 2.0, 3.0, 4.0, 7.0, 10.0, 100.0, 1000.0, 65504.0, 70000.0, 1e6, 2.0 ** 24 + 1]
+    if coarse:
+        vals = [0.0, 1.0, 2.0, 10.0, 1000.0, 70000.0]
+    if spec.kind == "integer":
+        vals = sorted({-v for v in vals} | set(vals))
+    if spec.nonzero:
+        vals = [v for v in vals if v != 0.0]
+    if spec.domain is not None:
+        lo, hi = spec.domain
+        vals = [v for v in vals if lo <= v <= hi] or [float(math.ceil(lo))]
+    return vals
+
+
 def _candidates(spec: InputSpec, shape: Tuple[int, ...], coarse: bool) -> torch.Tensor:
     """(K, *shape) candidate values for one input."""
     n = 1
     for s in shape:
         n *= s
-    if spec.role == "bool":
-        pats = [[True] * n, [False] * n]
+    if spec.role == "bool" or (spec.kind == "mask" and spec.role == "float"):
+        pats = [[True] * n] + ([] if spec.nonzero else [[False] * n])
         if n > 1:
             pats += [[True] + [False] * (n - 1), [False] + [True] * (n - 1),
                      [i % 2 == 0 for i in range(n)]]
-        return torch.tensor(pats, dtype=torch.bool).reshape(-1, *shape)
+        masks = torch.tensor(pats, dtype=torch.bool).reshape(-1, *shape)
+        return masks if spec.role == "bool" else masks.to(torch.float64)
     if spec.role == "index":
         classes = SIDE
         pats = [[0] * n, [classes - 1] * n, [i % classes for i in range(n)]]
         return torch.tensor(pats, dtype=torch.int64).reshape(-1, *shape)
+    if spec.kind == "simplex":
+        return _simplex_rows(shape, spec.dim if spec.dim is not None else -1, coarse)
+    if spec.kind in ("count", "integer"):
+        ints = _integer_values(spec, coarse)
+        if not shape:
+            return torch.tensor(ints, dtype=torch.float64)
+        rows = []
+        for v in ints:
+            rows.append([v] * n)
+            rows.append([v] + [float(spec.nonzero or spec.kind == "integer")] * (n - 1))
+        return torch.tensor(rows, dtype=torch.float64).reshape(-1, *shape)
     if spec.domain is not None:
         lo, hi = float(spec.domain[0]), float(spec.domain[1])
         values = coarse_domain_values(lo, hi) if coarse else domain_values(lo, hi)
     else:
         values = coarse_values() if coarse else full_range_values()
+    if not values:
+        values = [float(spec.domain[0])] if spec.domain is not None else [0.0]
     if not shape:
         return torch.tensor(values, dtype=torch.float64)
     rows = []
@@ -214,7 +298,7 @@ def _candidates(spec: InputSpec, shape: Tuple[int, ...], coarse: bool) -> torch.
 
 def _typical(spec: InputSpec, cand: torch.Tensor, shape) -> torch.Tensor:
     """A few indices into `cand` of ordinary values, for the other inputs of a sweep."""
-    if spec.role != "float":
+    if spec.role != "float" or spec.kind in ("simplex", "mask"):
         return torch.arange(cand.shape[0])
     flat = cand.reshape(cand.shape[0], -1)
     want = [0.0, 1.0, -1.0, 0.5, 2.0]
@@ -231,7 +315,81 @@ def _typical(spec: InputSpec, cand: torch.Tensor, shape) -> torch.Tensor:
     return torch.tensor(sorted(set(picks)) or [0])
 
 
-def make_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=()) -> PointSet:
+def make_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=(),
+                relations: Sequence[Tuple[str, str, str]] = ()) -> PointSet:
+    """Combine the inputs' candidates into one batch of points, then enforce the proven
+    relations between inputs (`hi >= lo`) by construction."""
+    points = _combine(specs, shape, index_shape)
+    if relations:
+        points = apply_relations(points, relations)
+    return points
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+_FLIP = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "==": "==", "!=": "!="}
+
+
+def apply_relations(points: PointSet, relations: Sequence[Tuple[str, str, str]]) -> PointSet:
+    """`("hi", ">=", "lo")`: each pair of values is ordered (the larger goes to `hi`);
+    `==` copies, `!=` and strict orders drop the points where they fail. A number on the
+    right (`("n", ">", "0")`) bounds each element, except for a mask, where it says the mask
+    is never all false (each point has a true element). Domains are re-checked after."""
+    cols = dict(points.columns)
+    specs = {s.name: s for s in points.specs}
+    if not cols:
+        return points
+    n = points.size
+    keep = torch.ones(n, dtype=torch.bool)
+    for left, op, right in relations:
+        a = cols.get(left)
+        if a is None:
+            continue
+        bound = _number(right)
+        if bound is not None:
+            spec = specs.get(left)
+            flat = a.reshape(n, -1)
+            if spec is not None and (spec.role == "bool" or spec.kind == "mask") and op in (">", "!=", ">=") \
+                    and bound == 0:
+                if op != ">=":
+                    keep &= flat.to(torch.float64).abs().sum(dim=1) > 0
+                continue
+            keep &= _compare(flat.to(torch.float64), op, bound).all(dim=1)
+            continue
+        b = cols.get(right)
+        if b is None or a.shape != b.shape or not (a.is_floating_point() and b.is_floating_point()):
+            continue
+        if op in ("<=", "<"):
+            left, right, a, b, op = right, left, b, a, _FLIP[op]
+        if op in (">=", ">"):
+            cols[left], cols[right] = torch.maximum(a, b), torch.minimum(a, b)
+            if op == ">":
+                keep &= (cols[left] > cols[right]).reshape(n, -1).all(dim=1)
+        elif op == "==":
+            cols[right] = a.clone()
+        elif op == "!=":
+            keep &= (a != b).reshape(n, -1).all(dim=1)
+    for name, col in cols.items():
+        spec = specs.get(name)
+        if spec is not None and spec.domain is not None and col.is_floating_point():
+            lo, hi = spec.domain
+            keep &= ((col >= lo) & (col <= hi)).reshape(n, -1).all(dim=1)
+    rows = keep.nonzero().flatten()
+    return PointSet({k: v[rows] for k, v in cols.items()}, points.constants, points.shape, points.specs)
+
+
+def _compare(t: torch.Tensor, op: str, bound: float) -> torch.Tensor:
+    return {">=": t >= bound, ">": t > bound, "<=": t <= bound, "<": t < bound,
+            "==": t == bound, "!=": t != bound}[op]
+
+
+def _combine(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=()) -> PointSet:
     """Combine the inputs' candidates into one batch of points."""
     constants = {s.name: float(s.value) for s in specs if s.value is not None}
     varying = [s for s in specs if s.value is None]
@@ -289,7 +447,7 @@ def make_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=
         add({s.name: picked[s.name][g.reshape(-1)] for s, g in zip(varying, grids)})
     # (c) the same value for every input of the same candidates (x == y).
     float_inputs = [s for s in varying if s.role == "float"]
-    if len(float_inputs) > 1 and len({(s.domain, shapes[s.name]) for s in float_inputs}) == 1:
+    if len(float_inputs) > 1 and len({(s.domain, s.kind, shapes[s.name]) for s in float_inputs}) == 1:
         k = full[float_inputs[0].name].shape[0]
         vals = {s.name: full[s.name] for s in float_inputs}
         for s in varying:

@@ -20,11 +20,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from .. import RULES_URL
 from .findings import printable, source_lines
 from .report_text import counts, summary
-from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, VERDICTS
+from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS
 from .verifier import Outcome, Verified
 
 _COLORS = {
     CONFIRMED: "#1a7f37",
+    POSSIBLE: "#8250df",
     NOT_REPRODUCED: "#6e7781",
     FIX_FAILED: "#cf222e",
     NOT_VERIFIABLE: "#9a6700",
