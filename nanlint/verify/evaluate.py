@@ -172,15 +172,21 @@ def ordinal(t: torch.Tensor) -> torch.Tensor:
     return torch.where(bits < 0, -(bits & mask), bits)
 
 
-def bits_of_error(result: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """log2(1 + floats between result and the reference rounded to result's dtype); NaN where
-    either is not finite."""
+def bits_of_error(result: torch.Tensor, reference: torch.Tensor,
+                  dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """log2(1 + floats between result and the reference, both rounded to `dtype` (default:
+    the result's), at most the significand of `dtype` (every bit wrong); NaN where either is
+    not finite."""
+    from .contexts import PRECISION
+
+    if dtype is not None and dtype != result.dtype:
+        result = result.to(dtype)
     rounded = reference.to(result.dtype)
     valid = torch.isfinite(result) & torch.isfinite(rounded)
     safe_r = torch.where(valid, result, torch.zeros_like(result))
     safe_ref = torch.where(valid, rounded, torch.zeros_like(rounded))
     distance = (ordinal(safe_r) - ordinal(safe_ref)).abs().to(torch.float64)
-    bits = torch.log2(1.0 + distance)
+    bits = torch.log2(1.0 + distance).clamp(max=float(PRECISION.get(result.dtype, 53)))
     return torch.where(valid, bits, torch.full_like(bits, float("nan")))
 
 

@@ -512,23 +512,26 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
     plain = ~batch.subnormal
     out_o = ro.out
     usable_f = ref_f is not None and ref_f.error is None
-    bits_o = bits_of_error(out_o, ref_o.out)
-    rel_o = trusted(ref_o.out, ref_f.out if usable_f else None, out_o.dtype)
+    # Accuracy is measured in the context's dtype (never more bits than its significand).
+    dt_o = C.measure_dtype(ctx.dtype, ctx.autocast, out_o.dtype)
+    bits_o = bits_of_error(out_o, ref_o.out, dt_o)
+    rel_o = trusted(ref_o.out, ref_f.out if usable_f else None, dt_o)
     measured_o = rel_o & torch.isfinite(bits_o) & expand_points(plain, out_o)
     _fill_bits(o_stats, bits_o, measured_o)
     if not (fixed_ok and rf.out.shape == out_o.shape):
         return outcome
     out_f = rf.out
-    bits_f = bits_of_error(out_f, ref_o.out)
-    rel_f = trusted(ref_o.out, ref_f.out if usable_f else None, out_f.dtype)
+    dt_f = C.measure_dtype(ctx.dtype, ctx.autocast, out_f.dtype)
+    bits_f = bits_of_error(out_f, ref_o.out, dt_f)
+    rel_f = trusted(ref_o.out, ref_f.out if usable_f else None, dt_f)
     measured_f = rel_f & torch.isfinite(bits_f) & expand_points(plain, out_f)
     _fill_bits(f_stats, bits_f, measured_f)
-    bound = C.agreement_bits(out_f.dtype)
+    bound = C.agreement_bits(dt_f)
     outcome.agreement_bits = bound
     judged = measured_f
     if not p.exact:
         # A fix that changes values on purpose is judged where the original was accurate.
-        judged = judged & torch.isfinite(bits_o) & (bits_o < C.accuracy_failure_bits(out_o.dtype))
+        judged = judged & torch.isfinite(bits_o) & (bits_o < C.accuracy_failure_bits(dt_o))
     if judged.any():
         slack = torch.where(torch.isfinite(bits_o), bits_o + 1.0, torch.zeros_like(bits_o))
         agree = (bits_f <= bound) | (bits_f <= slack)
@@ -541,8 +544,8 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
             target = found.introduced if f_stats.agree_fraction < AGREE_SHARE else found.less_accurate
             _add(target, rows, fail, which="fix", bits=worst, **setting)
             found.less_accurate_share = f_stats.agree_fraction
-    acc = (measured_o & (bits_o >= C.accuracy_failure_bits(out_o.dtype))
-           & (bits_f <= C.accurate_bits(out_f.dtype)) & torch.isfinite(bits_f))
+    acc = (measured_o & (bits_o >= C.accuracy_failure_bits(dt_o))
+           & (bits_f <= C.accurate_bits(dt_f)) & torch.isfinite(bits_f))
     acc_rows = per_point(acc)
     o_stats.accuracy_failures = int(acc_rows.sum())
     outcome.confirming += int((acc_rows & ~confirming).sum())
