@@ -344,6 +344,10 @@ class _Found:
     extreme: List[Candidate] = field(default_factory=list)  # fix fails only at huge inputs
     less_accurate: List[Candidate] = field(default_factory=list)  # fix worse at a few points
     less_accurate_share: float = 1.0
+    # Finite but much less accurate than the original (a value or gradient flushed to 0 where
+    # the original tracks float64), per context name: candidates and the inputs' span.
+    fix_worse: Dict[str, List[Candidate]] = field(default_factory=dict)
+    fix_worse_span: Dict[str, Tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -544,6 +548,8 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
             target = found.introduced if f_stats.agree_fraction < AGREE_SHARE else found.less_accurate
             _add(target, rows, fail, which="fix", bits=worst, **setting)
             found.less_accurate_share = f_stats.agree_fraction
+    if p.exact:
+        _fix_less_accurate(p, ctx, index, batch, ro, rf, ref_o, plain, found)
     acc = (measured_o & (bits_o >= C.accuracy_failure_bits(dt_o))
            & (bits_f <= C.accurate_bits(dt_f)) & torch.isfinite(bits_f))
     acc_rows = per_point(acc)
@@ -553,6 +559,47 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
     _add(found.confirming, acc_rows, fail, which="original",
          bits=torch.where(acc, bits_o, torch.zeros_like(bits_o)), **setting)
     return outcome
+
+
+def _fix_less_accurate(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Run, ref_o: Run,
+                       plain: torch.Tensor, found: _Found) -> None:
+    """Points where the fix's value or gradient is finite but has lost most of its bits while
+    the original's is accurate (torch.sigmoid's float16 gradient is 0 from z ~ 8, where
+    exp(-z) / (1 + exp(-z))**2 by hand still tracks float64). Not a failure of the fix (no
+    NaN/Inf): the report says so in words and in the plot."""
+    pairs = [("forward", None, ro.out, rf.out, ref_o.out)]
+    pairs += [("gradient", k, ro.grads[k], rf.grads[k], ref_o.grads[k])
+              for k in ro.grads if k in rf.grads and k in ref_o.grads]
+    for where, wrt, a_o, a_f, ref in pairs:
+        if not (a_o.shape == a_f.shape == ref.shape) or a_f.numel() == 0:
+            continue
+        dt = C.measure_dtype(ctx.dtype, ctx.autocast, a_f.dtype)
+        b_o = bits_of_error(a_o, ref, dt)
+        b_f = bits_of_error(a_f, ref, dt)
+        worse = (trusted(ref, None, dt) & expand_points(plain, ref) & torch.isfinite(b_f) & torch.isfinite(b_o)
+                 & (b_f >= C.accuracy_failure_bits(dt)) & (b_o <= C.accurate_bits(dt)))
+        rows = per_point(worse)
+        if not bool(rows.any()):
+            continue
+        fail = _Fail(where, wrt, ACCURACY, rows, a_f, ref)
+        cands = found.fix_worse.setdefault(ctx.name, [])
+        _add(cands, rows, fail, which="fix", bits=torch.where(worse, b_f, torch.zeros_like(b_f)),
+             batch=batch, ctx=ctx, index=index, p=p)
+        mags = batch.magnitude[rows]
+        lo, hi = float(mags.min()), float(mags.max())
+        old = found.fix_worse_span.get(ctx.name)
+        found.fix_worse_span[ctx.name] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+
+
+def _fix_worse_note(found: _Found) -> Optional[str]:
+    if not found.fix_worse:
+        return None
+    best = _best([c for cs in found.fix_worse.values() for c in cs])
+    where = "; ".join(f"{name} for inputs of magnitude {fmt_number(float(f'{lo:.3g}'))} to "
+                      f"{fmt_number(float(f'{hi:.3g}'))}" for name, (lo, hi) in found.fix_worse_span.items())
+    what = "value" if best.where == "forward" else f"gradient w.r.t. {best.wrt}"
+    return (f"the fix is finite but less accurate than the original (its {what} loses most of its "
+            f"bits where the original tracks float64) in {where}; e.g. {best.sentence()}")
 
 
 def _fill_bits(stats: SideStats, bits: torch.Tensor, measured: torch.Tensor) -> None:
@@ -648,6 +695,22 @@ def _overflow_witness(skipped: List[ContextOutcome], device: str, need_fix: bool
     return None
 
 
+def _fix_holds(ran: List[ContextOutcome], found: _Found) -> str:
+    """"the fix holds in all" only where no context's cells show the fix failing; otherwise
+    where it holds and where it does not (points the original fails at too, huge inputs)."""
+    failing = [o.name for o in ran if o.fix is not None and (o.fix.forward_failures or o.fix.gradient_failures)]
+    if not failing:
+        return "the fix holds in all"
+    why = []
+    if any(o.shared for o in ran):
+        why.append("where the original fails too")
+    if found.extreme:
+        why.append(f"at inputs beyond ±{fmt_number(EXTREME)}")
+    because = f" ({' and '.join(why)})" if why else ""
+    return (f"the fix holds wherever the original was finite, but is still NaN/Inf at some points in "
+            f"{', '.join(failing)}{because}")
+
+
 def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found: _Found,
             device: str) -> Verification:
     v = _decide_unqualified(p, points, outcomes, found, device)
@@ -686,6 +749,9 @@ def _decide_unqualified(p: Prepared, points: PointSet, outcomes: List[ContextOut
                      f"beyond {fmt_number(C.agreement_bits(torch.float32))} bits) at "
                      f"{fmt_number(round(100 * (1 - found.less_accurate_share), 2))}% of the points, "
                      f"e.g. {la.sentence()}")
+    worse = _fix_worse_note(found)
+    if worse is not None:
+        notes.append(worse)
     shared = sum(o.shared for o in outcomes)
     if p.fixed is None:
         raised = _overflow_witness(skipped, device, need_fix=False)
@@ -723,13 +789,14 @@ def _decide_unqualified(p: Prepared, points: PointSet, outcomes: List[ContextOut
         orig = worst.original.bits_p99
         accuracy = (f" (p99 error vs float64 {_bits(worst.fix.bits_p99)}"
                     + (f", original {_bits(orig)}" if orig is not None else "") + f", in {worst.name})")
+    holds = _fix_holds(ran, found)
     if witness is not None:
-        return Verification(CONFIRMED, f"the original fails in {len(failing)} of {ctx_text}; the fix "
-                            f"holds in all{accuracy}{skip_text}", witness=witness, notes=notes, **base)
+        return Verification(CONFIRMED, f"the original fails in {len(failing)} of {ctx_text}; "
+                            f"{holds}{accuracy}{skip_text}", witness=witness, notes=notes, **base)
     raised = _overflow_witness(skipped, device, need_fix=True)
     if raised is not None:
         return Verification(CONFIRMED, f"the original raises an overflow error in {raised.dtype} on "
-                            f"{device}, where the fix runs; the fix holds in all{accuracy}",
+                            f"{device}, where the fix runs; {holds}{accuracy}",
                             witness=raised, notes=notes, **base)
     return Verification(NOT_REPRODUCED, f"the original held in {ctx_text} ({names}) over "
                         f"{n_points} points ({'; '.join(ranges)}){skip_text}", notes=notes, **base)
