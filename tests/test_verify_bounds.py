@@ -76,7 +76,8 @@ def test_a_forty_input_sum_is_refused_per_finding(tmp_path, capsys):
 
 def test_a_malformed_probe_refuses_that_finding_only(tmp_path, capsys):
     bad = finding("torch.log(x)", None, [{"name": 3}])
-    path = write(tmp_path, [bad, finding("1 / (1 + torch.exp(-x))", "torch.sigmoid(x)", [{"name": "x"}], row=2)])
+    good = finding("1 / (1 + torch.exp(-x))", "torch.sigmoid(x)", [{"name": "x", "evidence": "logits"}], row=2)
+    path = write(tmp_path, [bad, good])
     code, out, err = run(["verify", "--from", path], capsys)
     lines = out.splitlines()
     assert "not-verifiable: refused: malformed probe" in lines[0] and "string `name`" in lines[0]

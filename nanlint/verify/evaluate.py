@@ -25,6 +25,8 @@ from .contexts import Context
 from .sandbox import EvaluationError, Interpreter, Refused
 
 FALLBACK_POINTS = 256
+# Inputs whose value each run supplies from the context (never generated).
+RUNTIME_ROLES = ("dtype", "device", "meta")
 
 
 class single_threaded:
@@ -81,9 +83,20 @@ def run_program(
         else:
             leaves[name] = col
 
+    runtime = {n: r for n, r in program.checked.roles.items() if r in RUNTIME_ROLES}
+
     def call(*tensors):
         env = dict(constants)
         env.update(zip(names, tensors))
+        if runtime:
+            # A dtype, a device or a tensor read only for its dtype/device/shape: the context's.
+            like = next((t for t in tensors if t.is_floating_point()), None)
+            dtype = like.dtype if like is not None else torch.float32
+            device = like.device if like is not None else torch.device("cpu")
+            for name, role in runtime.items():
+                env[name] = {"dtype": dtype, "device": device}.get(role)
+                if role == "meta":
+                    env[name] = torch.zeros_like(like) if like is not None else torch.zeros((), dtype=dtype)
         value = program(env)
         if not isinstance(value, torch.Tensor):
             raise EvaluationError(f"the expression gives a {type(value).__name__}, not a tensor")
@@ -98,7 +111,7 @@ def run_program(
                 if out.dim() == 0 or out.shape[0] != n:
                     out = out.expand((n,) + tuple(out.shape[1:] if out.dim() else ()))
             elif mode == "vmap":
-                out = torch.func.vmap(call, randomness="error")(*[leaves[k] for k in names])
+                out = torch.func.vmap(call, randomness="same")(*[leaves[k] for k in names])
             else:
                 outs = [call(*[leaves[k][i] for k in names]) for i in range(n)]
                 if len({tuple(o.shape) for o in outs}) > 1:

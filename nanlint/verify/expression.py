@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -52,7 +53,8 @@ from .evaluate import (
     trusted,
 )
 from .budget import MAX_INPUTS, Budget, BudgetExceeded
-from .inputs import InputSpec, PointSet, index_shape, make_points, point_shape
+from .evaluate import RUNTIME_ROLES
+from .inputs import SIDE, InputSpec, PointSet, index_shape, make_points, point_shape
 from .sandbox import CheckedExpression, Interpreter, Refused, check_expression
 from .verdict import (
     ACCURACY,
@@ -145,9 +147,14 @@ def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
         if value is not None:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(float(value)):
                 raise Refused(f"constant for {n} is not a finite number")
-            if role != "float":
+            if role != "float" and role not in STRUCTURAL_DEFAULTS:
                 value = None  # a mask or an index is generated, whatever the source said
-        proven = (value is not None or given is not None or n in implied or role == "index"
+        if role in RUNTIME_ROLES:
+            continue  # each run supplies it (evaluate.run_program)
+        if role in STRUCTURAL_DEFAULTS:
+            specs.append(InputSpec(n, role, _structural(role, value), None, proven=True))
+            continue
+        proven = (value is not None or given is not None or n in implied or role in ("index", "spd")
                   or kind != "real" or bool(pi is not None and pi.evidence))
         specs.append(InputSpec(n, role, float(value) if value is not None else None, domain, kind=kind,
                                dim=pi.dim if pi is not None else None, proven=proven, nonzero=n in nonzero))
@@ -178,6 +185,22 @@ def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
         exact=exact,
         relations=tuple(probe.relations),
     )
+
+
+# Inputs in structural positions get one plausible value: an integer size (one side of the
+# generated tensors), the last dim, the first branch of a conditional, a loss's default mode.
+STRUCTURAL_DEFAULTS = {"size": SIDE, "dim": -1, "flag": True, "string:reduction": "mean",
+                       "string:mode": "constant"}
+
+
+def _structural(role: str, value: Optional[float]) -> Any:
+    if value is not None and role == "size" and float(value).is_integer() and 1 <= value <= 64:
+        return int(value)
+    if value is not None and role == "dim" and float(value).is_integer() and -3 <= value <= 2:
+        return int(value)
+    if value is not None and role == "flag":
+        return bool(value)
+    return STRUCTURAL_DEFAULTS[role]
 
 
 def _is_zero(text: str) -> bool:
@@ -255,7 +278,9 @@ def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
         return not_verifiable("the expression has no input to vary", device)
     prepared.program_o.budget.arm()
     try:
-        with single_threaded():
+        with single_threaded(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's UserWarnings on adversarial inputs (std of one)
+            _choose_shape(prepared, device)
             points = make_points(prepared.specs, prepared.shape, index_shape(prepared.shape),
                                  prepared.relations)
             if points.columns and points.size == 0:
@@ -266,7 +291,8 @@ def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
         return not_verifiable(f"refused: {exc}", device)
     except MemoryError:
         return not_verifiable("refused: ran out of memory", device)
-    with single_threaded():
+    with single_threaded(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         if result.verdict != NOT_VERIFIABLE and want_sweep:
             from .sweep import build_sweep
 
@@ -276,6 +302,54 @@ def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
                 result.sweep = {"error": f"{type(exc).__name__}: {exc}"}
     result.seconds = time.perf_counter() - start
     return result
+
+
+SHAPE_TRIAL_POINTS = 16
+
+
+def _trial(p: Prepared, shape: Tuple[int, ...], mode: str, device: str) -> Optional[str]:
+    """Whether original and fix run (float64, a few points) on inputs of this per-point shape."""
+    points = _subsample(make_points(p.specs, shape, index_shape(shape), p.relations), SHAPE_TRIAL_POINTS)
+    if points.columns and points.size == 0:
+        return "no points"
+    batch = make_batch(points, torch.float32, device, p.grad_inputs)
+    for program in (p.program_o, p.program_f):
+        if program is None:
+            continue
+        r = run_program(program.for_reference(torch.float32), mode, batch.columns64, points.constants, None,
+                        p.grad_inputs)
+        if r.error is not None:
+            return r.error
+    return None
+
+
+def _choose_shape(p: Prepared, device: str) -> None:
+    """Ranks come from how the probe uses its inputs (dims, indexing, permute, .shape[k]); when
+    they are not enough to run it (`x[0].shape[-1]`, a reshape to two sizes), search the small
+    shapes: each rank up to 3, `SIDE` elements per dimension."""
+    if _trial(p, p.shape, p.mode, device) is None:
+        return
+    for rank in (1, 2, 3):
+        shape = point_shape(False, rank)
+        if shape == p.shape:
+            continue
+        if _trial(p, shape, "vmap", device) is None:
+            p.shape, p.mode = shape, "vmap"
+            return
+    # One input a rank lower than the others (`m.unsqueeze(-1).expand_as(x)` with m a max of x).
+    varying = [s for s in p.specs if s.value is None and s.role in ("float", "bool", "index")]
+    if len(varying) < 2:
+        return
+    for rank in (2, 3):
+        shape = point_shape(False, rank)
+        for spec in varying:
+            lower = len(index_shape(shape)) if spec.role == "index" else rank
+            for k in range(lower - 1, -1, -1):
+                spec.shape = shape[:k]
+                if _trial(p, shape, "vmap", device) is None:
+                    p.shape, p.mode = shape, "vmap"
+                    return
+            spec.shape = None
 
 
 def _verify_points(p: Prepared, points: PointSet, device: str) -> Verification:

@@ -31,6 +31,40 @@ MAX_ELEMENTS = 24000  # per input column, all points together
 SEED = 20240601
 
 
+# Roles whose values are floats (generated and differentiated): any tensor, a number per point
+# (`linspace`'s start), a symmetric positive definite matrix (what `cholesky` takes).
+FLOAT_ROLES = ("float", "scalar", "spd")
+
+
+def _shape_of(spec: "InputSpec", shape: Tuple[int, ...], index_shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    if spec.shape is not None:
+        return spec.shape
+    if spec.role == "index":
+        return index_shape
+    if spec.role == "scalar":
+        return ()
+    return shape
+
+
+def _spd_matrices(shape: Tuple[int, ...], coarse: bool) -> torch.Tensor:
+    """(K, *shape) symmetric positive definite matrices (the last two dims): scaled identities,
+    ill-conditioned diagonals and seeded A Aᵀ + δI, at magnitudes from 1e-12 to 1e12."""
+    n = shape[-1] if shape else 1
+    batch = shape[:-2]
+    gen = torch.Generator().manual_seed(SEED)
+    scales = [1e-12, 1e-6, 1e-3, 1.0, 10.0, 100.0, 1e4, 1e6, 1e9, 1e12] if not coarse else [1e-6, 1.0, 1e4, 1e9]
+    mats = []
+    for sc in scales:
+        mats.append(torch.eye(n, dtype=torch.float64) * sc)
+        mats.append(torch.diag(torch.logspace(0, 6, n, dtype=torch.float64)) * sc / 1e3)
+        a = torch.randn(n, n, generator=gen, dtype=torch.float64)
+        mats.append((a @ a.T / n + 1e-3 * torch.eye(n, dtype=torch.float64)) * sc)
+    out = torch.stack(mats)
+    if len(shape) < 2:
+        return out[:, 0, 0].reshape((-1,) + tuple(shape)) if shape == () else out[:, 0]
+    return out.reshape((out.shape[0],) + (1,) * len(batch) + (n, n)).expand((out.shape[0],) + tuple(batch) + (n, n)).clone()
+
+
 @dataclass
 class InputSpec:
     name: str
@@ -47,12 +81,16 @@ class InputSpec:
     proven: bool = False
     # A mask or count proven never all-zero (a relation `m > 0`): no all-false rows.
     nonzero: bool = False
+    # This input's per-point shape when it differs from the others' (found by the shape search).
+    shape: Optional[Tuple[int, ...]] = None
 
     @property
     def differentiable(self) -> bool:
-        return self.value is None and self.role == "float" and self.kind not in ("mask", "count", "integer")
+        return self.value is None and self.role in FLOAT_ROLES and self.kind not in ("mask", "count", "integer")
 
     def describe(self) -> str:
+        if self.value is not None and self.role != "float":
+            return f"{self.name} = {self.value!r} (where it is used, a {self.role.split(':')[0]})"
         if self.value is not None:
             return f"{self.name} = {_fmt(self.value)} (constant from the source)"
         if self.role == "bool":
@@ -60,6 +98,9 @@ class InputSpec:
             return f"{self.name}: masks (all true{empty}, mixed)"
         if self.role == "index":
             return f"{self.name}: class indices"
+        if self.role == "spd":
+            return (f"{self.name}: symmetric positive definite matrices (what the operation takes), "
+                    "scaled identities, ill-conditioned diagonals, A Aᵀ + δI, magnitudes 1e-12 to 1e12")
         if self.kind == "simplex":
             axis = self.dim if self.dim is not None else -1
             return (f"{self.name}: probability rows summing to 1 along dim {axis} (uniform, one-hot, "
@@ -259,6 +300,8 @@ def _candidates(spec: InputSpec, shape: Tuple[int, ...], coarse: bool) -> torch.
     n = 1
     for s in shape:
         n *= s
+    if spec.role == "spd":
+        return _spd_matrices(shape, coarse)
     if spec.role == "bool" or (spec.kind == "mask" and spec.role == "float"):
         pats = [[True] * n] + ([] if spec.nonzero else [[False] * n])
         if n > 1:
@@ -298,7 +341,7 @@ def _candidates(spec: InputSpec, shape: Tuple[int, ...], coarse: bool) -> torch.
 
 def _typical(spec: InputSpec, cand: torch.Tensor, shape) -> torch.Tensor:
     """A few indices into `cand` of ordinary values, for the other inputs of a sweep."""
-    if spec.role != "float" or spec.kind in ("simplex", "mask"):
+    if spec.role not in ("float", "scalar") or spec.kind in ("simplex", "mask"):
         return torch.arange(cand.shape[0])
     flat = cand.reshape(cand.shape[0], -1)
     want = [0.0, 1.0, -1.0, 0.5, 2.0]
@@ -391,9 +434,9 @@ def _compare(t: torch.Tensor, op: str, bound: float) -> torch.Tensor:
 
 def _combine(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=()) -> PointSet:
     """Combine the inputs' candidates into one batch of points."""
-    constants = {s.name: float(s.value) for s in specs if s.value is not None}
+    constants = {s.name: (float(s.value) if s.role == "float" else s.value) for s in specs if s.value is not None}
     varying = [s for s in specs if s.value is None]
-    shapes = {s.name: (index_shape if s.role == "index" else shape) for s in varying}
+    shapes = {s.name: _shape_of(s, shape, index_shape) for s in varying}
     if not varying:
         return PointSet({}, constants, shape, list(specs))
     per_point = max(1, math.prod(shape) if shape else 1)
@@ -446,12 +489,12 @@ def _combine(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=())
         grids = torch.meshgrid(*[torch.arange(picked[s.name].shape[0]) for s in varying], indexing="ij")
         add({s.name: picked[s.name][g.reshape(-1)] for s, g in zip(varying, grids)})
     # (c) the same value for every input of the same candidates (x == y).
-    float_inputs = [s for s in varying if s.role == "float"]
+    float_inputs = [s for s in varying if s.role in FLOAT_ROLES]
     if len(float_inputs) > 1 and len({(s.domain, s.kind, shapes[s.name]) for s in float_inputs}) == 1:
         k = full[float_inputs[0].name].shape[0]
         vals = {s.name: full[s.name] for s in float_inputs}
         for s in varying:
-            if s.role != "float":
+            if s.role not in FLOAT_ROLES:
                 vals[s.name] = full[s.name][torch.zeros(k, dtype=torch.long)]
         add(vals)
     # (d) seeded random combinations.

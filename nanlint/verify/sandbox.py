@@ -17,6 +17,7 @@ import ast
 import math
 import operator
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -32,6 +33,10 @@ MAX_STRING = 40
 MAX_INT = 2**31
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,40}$")
+# Methods an index passes through on its way to being one (`t.view(-1)` as a target is t).
+_INDEX_PASS_THROUGH = {"view", "reshape", "flatten", "long", "int", "squeeze", "unsqueeze", "contiguous",
+                       "to", "clone", "detach"}
 _INPUT_NAME = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
 # Attributes that describe a tensor: a declared "input" ending in one of these is a read of
 # that attribute (the linter may list `x.dtype` among the free names of `finfo(x.dtype)`).
@@ -62,6 +67,14 @@ class CheckedExpression:
     # How each Name/Attribute/Call node is to be read (by id of the ast node).
     kinds: Dict[int, Tuple[str, Any]] = field(repr=False, default_factory=dict)
     functions: Tuple[str, ...] = ()
+
+
+def _fresh(node: ast.AST, kinds: Dict[int, Tuple[str, Any]]) -> bool:
+    """Whether `node` is a call of a creation function (its result aliases nothing)."""
+    if not isinstance(node, ast.Call):
+        return False
+    dotted = _dotted(node.func)
+    return dotted in W.FRESH_FUNCTIONS
 
 
 def _dotted(node: ast.AST) -> Optional[str]:
@@ -110,10 +123,14 @@ class _Checker:
         self.implied: Dict[str, Tuple[float, float]] = {}
 
     # ----------------------------------------------------------------- helpers
-    def _input(self, node: ast.AST, name: str) -> None:
+    def _input(self, node: ast.AST, name: str, where: str = "value") -> None:
         if name not in self.inputs:
             self.inputs.append(name)
-            self.roles.setdefault(name, "float")
+        # An input read only for its dtype, device or shape is "meta": its values never matter.
+        if where == "meta":
+            self.roles.setdefault(name, "meta")
+        elif self.roles.get(name) in (None, "meta"):
+            self.roles[name] = "float"
         self.kinds[id(node)] = ("input", name)
 
     def _input_name(self, node: ast.AST) -> Optional[str]:
@@ -121,11 +138,30 @@ class _Checker:
         return k[1] if k and k[0] == "input" else None
 
     def _set_role(self, node: ast.AST, role: str) -> None:
-        if role == "index":
-            while isinstance(node, ast.Subscript):  # `target[:, None]` as an index: target
-                node = node.value
+        if role in ("index", "bool"):
+            while True:  # `target[:, None]`, `t.view(-1)`, `m.to(device)` as an index or mask: the input
+                if isinstance(node, ast.Subscript) and role == "index":
+                    node = node.value
+                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                      and node.func.attr in _INDEX_PASS_THROUGH):
+                    node = node.func.value
+                else:
+                    break
         name = self._input_name(node)
         if name is not None and self.roles.get(name, "float") == "float":
+            self.roles[name] = role
+
+    def _set_structural(self, node: ast.AST, role: str) -> None:
+        """An input passed where an integer size or dim, a dtype, a device or a string goes
+        is that, never a tensor (`x.unsqueeze(dim)`, `torch.linspace(a, b, n)`); a number
+        (`linspace(-eta, 0, n)`) is one value per point."""
+        if role == "scalar":
+            for n in ast.walk(node):
+                if self._input_name(n) is not None and self.roles.get(self._input_name(n)) == "float":
+                    self.roles[self._input_name(n)] = "scalar"
+            return
+        name = self._input_name(node)
+        if name is not None and self.roles.get(name, "float") in ("float", "meta"):
             self.roles[name] = role
 
     def _imply(self, node: ast.AST, domain: Tuple[float, float]) -> None:
@@ -136,6 +172,9 @@ class _Checker:
             self.implied.setdefault(name, domain)
 
     def _dims(self, node: ast.AST) -> None:
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            self._set_structural(node, "dim")
+            return
         values: List[int] = []
         if isinstance(node, ast.Constant) and type(node.value) is int:
             values.append(node.value)
@@ -199,7 +238,7 @@ class _Checker:
             raise Refused(f"module `{name}` used as a value")
         if name in W.BUILTIN_FUNCTIONS:
             raise Refused(f"builtin `{name}` used as a value")
-        self._input(node, name)
+        self._input(node, name, where)
 
     def _Attribute(self, node: ast.Attribute, where: str, depth: int) -> None:
         dotted = _dotted(node)
@@ -210,7 +249,7 @@ class _Checker:
         if dotted is not None and dotted in self.declared:
             if where == "callee":
                 raise Refused(f"input `{dotted}` is called as a function")
-            self._input(node, dotted)
+            self._input(node, dotted, where)
             return
         if dotted is not None and dotted.split(".")[0] in W.MODULE_ROOTS:
             self._module_name(node, dotted, where)
@@ -218,6 +257,10 @@ class _Checker:
         if where == "callee":
             # The receiver first: `__import__("os").system(...)` is refused for `__import__`.
             self.check(node.value, "value", depth)
+            if node.attr in W.FILLERS and _fresh(node.value, self.kinds):
+                self.kinds[id(node)] = ("filler", node.attr)
+                self.functions.append("." + node.attr)
+                return
             if node.attr.endswith("_"):
                 raise Refused(f"in-place method `.{node.attr}()` is not allowed")
             if node.attr not in W.TENSOR_METHODS:
@@ -227,11 +270,13 @@ class _Checker:
             if node.attr not in W.TENSOR_METHODS_ELEMENTWISE:
                 self.elementwise = False
             return
-        self.check(node.value, "value", depth)
+        self.check(node.value, "meta" if node.attr in _DESCRIPTIVE else "value", depth)
         if node.attr in W.TENSOR_ATTRIBUTES or node.attr in W.FINFO_ATTRIBUTES:
             self.kinds[id(node)] = ("attr", node.attr)
-            if node.attr in ("values", "indices", "mT", "shape", "ndim"):
+            if node.attr in ("values", "indices", "mT", "T", "shape", "ndim"):
                 self.elementwise = False
+            if node.attr in ("mT",):
+                self.rank = max(self.rank, 2)
             return
         raise Refused(f"attribute `.{node.attr}` is not allowed here")
 
@@ -326,16 +371,48 @@ class _Checker:
                 if k.arg in unit:
                     self._imply(k.value, (0.0, 1.0))
         for k in node.keywords:
-            if k.arg in ("dim", "axis", "dims"):
+            if k.arg in ("dim", "axis", "dims", "dim0", "dim1", "dim2"):
                 self._dims(k.value)
+            elif k.arg in W.STRING_KEYWORDS:
+                self._set_structural(k.value, "string:" + k.arg)
+            elif k.arg == "dtype":
+                self._set_structural(k.value, "dtype")
+            elif k.arg == "device":
+                self._set_structural(k.value, "device")
+            elif k.arg in ("steps", "size", "num_classes", "repeats"):
+                self._set_structural(k.value, "size")
+        if short in W.SIZE_ARGUMENT_FUNCTIONS or short == "arange":
+            sized = args[1:] if method_form else args
+            for a in sized:
+                for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a]):
+                    self._set_structural(e, "size")
+        if short in ("linspace", "logspace") and len(args) > 2:
+            self._set_structural(args[2], "size")
+        if short in ("linspace", "logspace"):
+            for a in args[:2]:  # start and end are numbers (0-dim per point)
+                self._set_structural(a, "scalar")
+        if kind == "function" and what in W.SPD_ARGUMENT_FUNCTIONS and args:
+            for n in ast.walk(args[0]):  # a covariance: symmetric positive definite
+                name = self._input_name(n)
+                if name is not None and self.roles.get(name, "float") == "float":
+                    self.roles[name] = "spd"
+                    self.rank = max(self.rank, 2)
+        if short == "permute" and method_form:
+            self.rank = max(self.rank, min(len(args) - 1, 3))
+        if short == "size" and method_form and len(args) == 2:
+            self._dims(args[1])
         if short in ("to",):
             for a in list(node.args) + [k.value for k in node.keywords]:
                 kind_a = self.kinds.get(id(a), ("", None))
-                if not (kind_a[0] == "dtype" or (kind_a[0] == "attr" and kind_a[1] == "dtype")):
-                    raise Refused("`.to()` is only allowed with a dtype")
+                if kind_a[0] == "input":
+                    # `x.to(other.device)` declared as an input, `x.to(dtype)`: a device or dtype.
+                    self._set_structural(a, "device" if kind_a[1].endswith("device") else "dtype")
+                    continue
+                if not (kind_a[0] == "dtype" or (kind_a[0] == "attr" and kind_a[1] in ("dtype", "device"))):
+                    raise Refused("`.to()` is only allowed with a dtype or a tensor's device")
             for k in node.keywords:
-                if k.arg != "dtype":
-                    raise Refused("`.to()` is only allowed with a dtype")
+                if k.arg not in ("dtype", "device"):
+                    raise Refused("`.to()` is only allowed with a dtype or a tensor's device")
 
     def _BinOp(self, node: ast.BinOp, where: str, depth: int) -> None:
         if type(node.op) not in _BINARY:
@@ -362,6 +439,15 @@ class _Checker:
         self.check(node.comparators[0], "value", depth)
 
     def _Subscript(self, node: ast.Subscript, where: str, depth: int) -> None:
+        key = node.slice.value if isinstance(node.slice, ast.Constant) else None
+        if isinstance(key, str):
+            # `batch["mask"]`, `self.coeffs['bias']`: an entry of a dict the code holds is an input.
+            base = _dotted(node.value)
+            if base is None or not _KEY.match(key) or key.startswith("_") or base.split(".")[0] in W.MODULE_ROOTS:
+                raise Refused("a string subscript is only allowed on an input name with a plain key")
+            validate_input_name(base)
+            self._input(node, f"{base}[{key!r}]", where)
+            return
         self.elementwise = False
         self.check(node.value, "value", depth)
         self._index(node.slice, depth, top=True)
@@ -393,19 +479,46 @@ class _Checker:
         if isinstance(node, ast.UnaryOp):
             self._index_number(node)
             return
-        if isinstance(node, (ast.Name, ast.Attribute, ast.Compare, ast.Call, ast.BinOp)):
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Compare, ast.Call, ast.BinOp, ast.UnaryOp)):
             self.check(node, "value", depth)
             if isinstance(node, (ast.Name, ast.Attribute)):
                 self._set_role(node, "index" if several else "bool")
             return
+        if isinstance(node, ast.Subscript):
+            self.check(node, "value", depth)
+            key = node.slice.value if isinstance(node.slice, ast.Constant) else None
+            if isinstance(key, str):  # `x[batch["mask"]]`
+                self._set_role_of_entry(node, "index" if several else "bool")
+            else:  # `x[edges[1]]`: rows of an integer index tensor
+                self._set_role(node, "index")
+            return
         raise Refused(f"index {_describe(node)} is not allowed")
 
+    def _set_role_of_entry(self, node: ast.AST, role: str) -> None:
+        name = self._input_name(node)
+        if name is not None and self.roles.get(name, "float") == "float":
+            self.roles[name] = role
+
     def _index_number(self, node: ast.AST) -> None:
+        """A slice bound or an integer index: a constant, or an integer expression of sizes
+        (`x[:, :n]`, `x[: x.shape[0] // 2]`); an input there is a size."""
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             node = node.operand
         if isinstance(node, ast.Constant) and type(node.value) is int and abs(node.value) <= MAX_INT:
             return
-        raise Refused("slice bounds must be integer constants")
+        if isinstance(node, (ast.Name, ast.Attribute, ast.BinOp, ast.Call, ast.Subscript)):
+            self.check(node, "value", 0)
+            self._set_structural(node, "size")
+            return
+        raise Refused("slice bounds must be integers")
+
+    def _IfExp(self, node: ast.IfExp, where: str, depth: int) -> None:
+        """`a if flag else b`: a flag input is a Python bool (True: the first branch is
+        verified); a tensor condition raises when evaluated on a batch."""
+        self.check(node.test, "value", depth)
+        self._set_structural(node.test, "flag")
+        self.check(node.body, where, depth)
+        self.check(node.orelse, where, depth)
 
     def _Tuple(self, node: ast.Tuple, where: str, depth: int) -> None:
         self._sequence(node, where, depth)
@@ -437,6 +550,7 @@ _BINARY = {
     ast.BitOr: operator.or_,
     ast.BitXor: operator.xor,
 }
+_INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
 _COMPARE = {
     ast.Lt: operator.lt,
@@ -456,7 +570,6 @@ _NODE_WORDS = {
     "JoinedStr": "an f-string",
     "FormattedValue": "an f-string",
     "NamedExpr": "an assignment expression (:=)",
-    "IfExp": "a conditional expression",
     "BoolOp": "`and`/`or`",
     "Dict": "a dict",
     "Set": "a set",
@@ -490,7 +603,7 @@ def check_expression(source: str, declared_inputs: Sequence[str] = ()) -> Checke
     except RecursionError:
         raise Refused("expression nested too deeply") from None
     for name in checker.inputs:
-        validate_input_name(name)
+        validate_input_name(name.split("[", 1)[0])  # `batch['mask']`: its base is checked
     return CheckedExpression(
         source=source,
         tree=tree,
@@ -604,8 +717,22 @@ class Interpreter:
                 if not isinstance(v, (torch.Tensor, int, float, bool)):
                     raise EvaluationError("comparison of non-numbers")
             return _COMPARE[type(node.ops[0])](left, right)
+        if isinstance(node, ast.IfExp):
+            test = self._eval(node.test, env)
+            if isinstance(test, torch.Tensor):
+                if test.numel() != 1:
+                    raise EvaluationError("a conditional expression on a tensor of several elements")
+                test = bool(test)
+            if not isinstance(test, (bool, int, float)):
+                raise EvaluationError("a conditional expression on something that is not a number")
+            return self._eval(node.body if test else node.orelse, env)
         if isinstance(node, ast.Subscript):
             value = self._eval(node.value, env)
+            if type(value).__module__.startswith("torch.return_types"):
+                index = self._eval(node.slice, env)
+                if type(index) is not int or index not in (0, 1, -1, -2):
+                    raise EvaluationError("a (values, indices) pair is indexed by 0 or 1 only")
+                return value[index]
             if not isinstance(value, (torch.Tensor, torch.Size)):
                 raise EvaluationError(f"subscript of a {type(value).__name__}")
             index = self._index(node.slice, env)
@@ -620,6 +747,9 @@ class Interpreter:
         torch = self.torch
         if isinstance(node, ast.Slice):
             parts = [None if p is None else self._eval(p, env) for p in (node.lower, node.upper, node.step)]
+            for part in parts:
+                if part is not None and type(part) is not int:
+                    raise EvaluationError(f"slice bound of type {type(part).__name__}")
             return slice(*parts)
         if isinstance(node, ast.Tuple):
             return tuple(self._index(e, env) for e in node.elts)
@@ -639,6 +769,12 @@ class Interpreter:
             if not isinstance(v, (torch.Tensor,) + numbers):
                 raise EvaluationError(f"arithmetic on a {type(v).__name__}")
         if isinstance(left, numbers) and isinstance(right, numbers):
+            if (type(left) is int and type(right) is int and type(op) in _INT_OPS
+                    and not (isinstance(op, (ast.FloorDiv, ast.Mod)) and right == 0)):
+                # Sizes and indices (`n // 2`, `x.shape[0] - 1`) stay integers while small.
+                value = _BINARY[type(op)](left, right)
+                if abs(value) <= MAX_INT:
+                    return value
             # Python numbers: compute in float so that `10 ** 10 ** 10` cannot hang.
             a, b = float(left), float(right)
             if isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor, ast.MatMult)):
@@ -660,6 +796,17 @@ class Interpreter:
             wanted = kwargs.get("dtype")
             if isinstance(wanted, torch.dtype) and wanted.is_floating_point:
                 kwargs["dtype"] = torch.float64  # `softmax(x, dtype=torch.float32)` in float64
+        device = kwargs.get("device")
+        if device is not None and not isinstance(device, torch.device):
+            raise EvaluationError("device= only with a tensor's device")
+        if kind == "function" and what in W.RANDOM_FUNCTIONS:
+            return self._bounded(what, what.rsplit(".", 1)[-1], lambda *a, **k: self._random(node, what, a, k),
+                                 args, kwargs, args)
+        if kind == "function" and what in ("torch.empty", "torch.empty_like"):
+            what = what.replace("empty", "zeros")  # never uninitialized memory
+        if kind == "filler":
+            receiver = self._eval(node.func.value, env)
+            return self._fill(node, what, receiver, args, kwargs)
         if kind == "function":
             fn = self._function(what)
             if what == W.FINFO_FUNCTION:
@@ -682,8 +829,12 @@ class Interpreter:
             if not isinstance(receiver, torch.Tensor):
                 raise EvaluationError(f"method `.{what}()` called on a {type(receiver).__name__}")
             if what == "to":
-                if any(not isinstance(a, torch.dtype) for a in args) or set(kwargs) - {"dtype"}:
-                    raise EvaluationError("`.to()` only with a dtype")
+                if any(not isinstance(a, (torch.dtype, torch.device)) for a in args) or set(kwargs) - {"dtype", "device"}:
+                    raise EvaluationError("`.to()` only with a dtype or a tensor's device")
+                if any(isinstance(a, torch.device) and a != receiver.device for a in args):
+                    raise EvaluationError("`.to()` another device")
+            if what == "new_empty":
+                what = "new_zeros"  # never uninitialized memory
             if self.reference_dtype is not None and what in _CASTS and _to_floating(torch, what, args, kwargs):
                 return self._reference_cast(receiver)
             return self._bounded(f".{what}()", what, getattr(receiver, what), args, kwargs,
@@ -701,6 +852,71 @@ class Interpreter:
                 raise EvaluationError("len() of something that is not a tensor")
             return {"float": float, "int": int, "abs": abs, "min": min, "max": max, "len": len}[what](*args)
         raise Refused("call of something that is not a function")
+
+
+def _seed(node: ast.AST) -> int:
+    """A random call's seed: a function of its text (the same call inlined twice draws the same)."""
+    return zlib.crc32(ast.dump(node, annotate_fields=False).encode("utf-8"))
+
+
+def _generator(torch: Any, node: ast.AST) -> Any:
+    return torch.Generator().manual_seed(_seed(node))
+
+
+def _random_impl(self: "Interpreter", node: ast.AST, what: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """rand/randn/randint(_like) drawn in float64 on the CPU from a seeded generator, then
+    cast: every context and the float64 reference see the same draws (rounded)."""
+    torch = self.torch
+    kwargs = dict(kwargs)
+    dtype = kwargs.pop("dtype", None)
+    device = kwargs.pop("device", None)
+    if kwargs.pop("requires_grad", False) or kwargs.pop("generator", None) is not None:
+        raise EvaluationError(f"{what}: requires_grad/generator are not allowed")
+    short = what.rsplit(".", 1)[-1]
+    g = _generator(torch, node)
+    if short in ("rand_like", "randn_like"):
+        if len(args) != 1 or not isinstance(args[0], torch.Tensor) or kwargs:
+            raise EvaluationError(f"{what} takes one tensor")
+        like = args[0]
+        draw = (torch.rand if short == "rand_like" else torch.randn)(tuple(like.shape), generator=g, dtype=torch.float64)
+        return draw.to(dtype=dtype or like.dtype, device=device or like.device)
+    if short == "randint":
+        out = torch.randint(*args, generator=g, **kwargs)
+        return out.to(device=device) if device is not None else out
+    sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
+    if kwargs or any(type(n) is not int for n in sizes):
+        raise EvaluationError(f"{what} takes integer sizes")
+    draw = (torch.rand if short == "rand" else torch.randn)(tuple(sizes), generator=g, dtype=torch.float64)
+    target = dtype if dtype is not None else torch.get_default_dtype()
+    if self.reference_dtype is not None and target.is_floating_point:
+        target = torch.float64
+    return draw.to(dtype=target, device=device) if device is not None else draw.to(dtype=target)
+
+
+def _fill_impl(self: "Interpreter", node: ast.Call, what: str, receiver: Any, args: Sequence[Any],
+               kwargs: Mapping[str, Any]) -> Any:
+    """`fresh.uniform_(a, b)` and friends, out of place (the receiver is a new tensor)."""
+    torch = self.torch
+    if not isinstance(receiver, torch.Tensor):
+        raise EvaluationError(f".{what}() on a non-tensor")
+    values = list(args) + [kwargs[k] for k in ("from", "to", "mean", "std", "value") if k in kwargs]
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values):
+        raise EvaluationError(f".{what}() takes numbers")
+    g = _generator(torch, node)
+    shape = tuple(receiver.shape)
+    first = float(values[0]) if values else (0.0)
+    second = float(values[1]) if len(values) > 1 else 1.0
+    if what == "uniform_":
+        out = first + (second - first) * torch.rand(shape, generator=g, dtype=torch.float64)
+    elif what == "normal_":
+        out = first + second * torch.randn(shape, generator=g, dtype=torch.float64)
+    elif what == "fill_":
+        if len(values) != 1:
+            raise EvaluationError(".fill_() takes one number")
+        return torch.full_like(receiver, values[0])
+    else:
+        return torch.zeros_like(receiver)
+    return out.to(dtype=receiver.dtype, device=receiver.device)
 
 
 def _check_size(torch: Any, what: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
@@ -743,10 +959,14 @@ def _reference_cast_impl(torch: Any, value: Any) -> Any:
 
 def _check_argument(torch: Any, value: Any) -> None:
     """Arguments may only be tensors, numbers, strings, dtypes, None, tuples of those."""
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor, torch.dtype)):
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor, torch.dtype, torch.device)):
         return
     if isinstance(value, (tuple, list, torch.Size)):
         for v in value:
             _check_argument(torch, v)
         return
     raise EvaluationError(f"argument of type {type(value).__name__} is not allowed")
+
+
+Interpreter._random = _random_impl
+Interpreter._fill = _fill_impl
