@@ -24,7 +24,7 @@ from .budget import BudgetExceeded
 from .contexts import Context
 from .sandbox import EvaluationError, Interpreter, Refused
 
-FALLBACK_POINTS = 256
+FALLBACK_POINTS = 128
 # Inputs whose value each run supplies from the context (never generated).
 RUNTIME_ROLES = ("dtype", "device", "meta")
 

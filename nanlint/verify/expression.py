@@ -54,7 +54,7 @@ from .evaluate import (
 )
 from .budget import MAX_INPUTS, Budget, BudgetExceeded
 from .evaluate import RUNTIME_ROLES
-from .inputs import SIDE, InputSpec, PointSet, index_shape, make_points, point_shape
+from .inputs import SIDE, InputSpec, PointSet, index_shape, make_points, point_shape, trial_points
 from .sandbox import CheckedExpression, Interpreter, Refused, check_expression
 from .verdict import (
     ACCURACY,
@@ -304,23 +304,29 @@ def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
     return result
 
 
-SHAPE_TRIAL_POINTS = 16
+SHAPE_TRIAL_POINTS = 4
 
 
 def _trial(p: Prepared, shape: Tuple[int, ...], mode: str, device: str) -> Optional[str]:
-    """Whether original and fix run (float64, a few points) on inputs of this per-point shape."""
-    points = _subsample(make_points(p.specs, shape, index_shape(shape), p.relations), SHAPE_TRIAL_POINTS)
-    if points.columns and points.size == 0:
-        return "no points"
+    """Whether original and fix run (float64, a few ordinary points) on inputs of this
+    per-point shape: vectorized, or else one point at a time (a boolean mask's selection
+    has a shape that depends on the values)."""
+    points = trial_points(p.specs, shape, index_shape(shape), SHAPE_TRIAL_POINTS)
     batch = make_batch(points, torch.float32, device, p.grad_inputs)
-    for program in (p.program_o, p.program_f):
-        if program is None:
-            continue
-        r = run_program(program.for_reference(torch.float32), mode, batch.columns64, points.constants, None,
-                        p.grad_inputs)
-        if r.error is not None:
-            return r.error
-    return None
+    error = None
+    for how in ((mode, "loop") if mode == "vmap" else (mode,)):
+        error = None
+        for program in (p.program_o, p.program_f):
+            if program is None:
+                continue
+            r = run_program(program.for_reference(torch.float32), how, batch.columns64, points.constants, None,
+                            p.grad_inputs)
+            if r.error is not None:
+                error = r.error
+                break
+        if error is None:
+            return None
+    return error
 
 
 def _choose_shape(p: Prepared, device: str) -> None:

@@ -513,3 +513,21 @@ def point_shape(elementwise: bool, rank: int) -> Tuple[int, ...]:
 def index_shape(shape: Tuple[int, ...]) -> Tuple[int, ...]:
     """Class indices for points of `shape`: one per row (the last dimension is the classes)."""
     return tuple(shape[:-1])
+
+
+def trial_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape: Tuple[int, ...],
+                 n: int) -> PointSet:
+    """A few ordinary points (the coarse candidates' first rows, side by side) to learn
+    whether an expression runs at all on inputs of this shape: cheap, unlike make_points."""
+    constants = {s.name: (float(s.value) if s.role == "float" else s.value) for s in specs if s.value is not None}
+    cols = {}
+    for s in specs:
+        if s.value is not None:
+            continue
+        cand = _candidates(s, _shape_of(s, shape, index_shape), coarse=True)
+        picks = torch.linspace(0, cand.shape[0] - 1, min(n, cand.shape[0])).round().long()
+        rows = cand[picks]
+        if rows.shape[0] < n:
+            rows = rows[torch.arange(n) % rows.shape[0]]
+        cols[s.name] = rows
+    return PointSet(cols, constants, shape, list(specs))

@@ -33,6 +33,7 @@ MAX_STRING = 40
 MAX_INT = 2**31
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_FLAG_KEYWORDS = {"keepdim", "unbiased", "largest", "sorted", "descending", "requires_grad", "stable"}
 _KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,40}$")
 # Methods an index passes through on its way to being one (`t.view(-1)` as a target is t).
 _INDEX_PASS_THROUGH = {"view", "reshape", "flatten", "long", "int", "squeeze", "unsqueeze", "contiguous",
@@ -381,6 +382,8 @@ class _Checker:
                 self._set_structural(k.value, "device")
             elif k.arg in ("steps", "size", "num_classes", "repeats"):
                 self._set_structural(k.value, "size")
+            elif k.arg in _FLAG_KEYWORDS:
+                self._set_structural(k.value, "flag")
         if short in W.SIZE_ARGUMENT_FUNCTIONS or short == "arange":
             sized = args[1:] if method_form else args
             for a in sized:
@@ -476,7 +479,7 @@ class _Checker:
         if isinstance(node, ast.Constant) and type(node.value) is int:
             self._index_number(node)
             return
-        if isinstance(node, ast.UnaryOp):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             self._index_number(node)
             return
         if isinstance(node, (ast.Name, ast.Attribute, ast.Compare, ast.Call, ast.BinOp, ast.UnaryOp)):
@@ -804,6 +807,8 @@ class Interpreter:
                                  args, kwargs, args)
         if kind == "function" and what in ("torch.empty", "torch.empty_like"):
             what = what.replace("empty", "zeros")  # never uninitialized memory
+        if kind == "function" and what in W.FRESH_FUNCTIONS:
+            kwargs.pop("requires_grad", None)  # a new leaf: whether it trains does not change values
         if kind == "filler":
             receiver = self._eval(node.func.value, env)
             return self._fill(node, what, receiver, args, kwargs)
@@ -870,8 +875,9 @@ def _random_impl(self: "Interpreter", node: ast.AST, what: str, args: Sequence[A
     kwargs = dict(kwargs)
     dtype = kwargs.pop("dtype", None)
     device = kwargs.pop("device", None)
-    if kwargs.pop("requires_grad", False) or kwargs.pop("generator", None) is not None:
-        raise EvaluationError(f"{what}: requires_grad/generator are not allowed")
+    kwargs.pop("requires_grad", None)  # a new leaf: whether it trains does not change values
+    if kwargs.pop("generator", None) is not None:
+        raise EvaluationError(f"{what}: a generator argument is not allowed")
     short = what.rsplit(".", 1)[-1]
     g = _generator(torch, node)
     if short in ("rand_like", "randn_like"):
