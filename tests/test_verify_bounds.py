@@ -12,7 +12,6 @@ import pytest
 
 from nanlint.cli import main
 from nanlint.diagnostics import Probe, ProbeInput
-from nanlint.verify.budget import Budget, BudgetExceeded
 from nanlint.verify.expression import verify_expression
 from nanlint.verify.sandbox import Interpreter, check_expression
 
@@ -104,6 +103,8 @@ def test_a_chain_of_large_products_is_refused_by_its_cost():
 
 
 def test_broadcasting_that_blows_up_is_refused():
+    from nanlint.verify.budget import Budget, BudgetExceeded
+
     budget = Budget(result_elements=1000)
     program = Interpreter(check_expression("a[:, None] * b", ["a", "b"]), budget=budget)
     import torch
@@ -115,6 +116,8 @@ def test_broadcasting_that_blows_up_is_refused():
 
 def test_the_watchdog_stops_a_finding_over_its_time():
     import torch
+
+    from nanlint.verify.budget import Budget, BudgetExceeded
 
     budget = Budget(seconds=0.0).arm()
     time.sleep(0.01)

@@ -16,7 +16,7 @@ from nanlint.engine import lint_source
 from nanlint.rules import all_rules
 from nanlint.verify import contexts as C
 from nanlint.verify.expression import verify_expression
-from nanlint.verify.report_html import _plot, plot_drawing, render_html
+from nanlint.verify.report_html import _plot, render_html
 from nanlint.verify.verifier import Outcome, Verified, verify_one
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +65,8 @@ def test_bits_never_exceed_the_significand_of_the_context_dtype():
 
 
 def test_a_fix_less_accurate_than_the_original_is_said_in_words_and_in_the_plot():
+    from nanlint.verify.report_html import plot_drawing
+
     v = verify_expression(SIGMOID, "cpu", want_sweep=True)
     assert v.verdict == "confirmed"
     note = [n for n in v.notes if "less accurate than the original" in n]
@@ -81,6 +83,8 @@ def test_a_fix_less_accurate_than_the_original_is_said_in_words_and_in_the_plot(
 
 
 def test_flat_sweeps_are_not_plotted_and_captions_list_only_what_is_drawn():
+    from nanlint.verify.report_html import plot_drawing
+
     t = [i / 10 for i in range(-10, 11)]
     flat = {"param": "x", "description": "x on the x axis", "t": t, "output_element": 0, "log_x": False,
             "series": {"float32": {"reference": [1.0] * len(t), "original": [1.0] * len(t), "fix": [1.0] * len(t),
