@@ -52,6 +52,11 @@ def run(original, fixed, *names, **kinds):
      "torch.log(torch.pow(torch.diagonal(torch.linalg.cholesky(c), dim1=-2, dim2=-1), 2)).sum(dim=-1)", ["c"]),
     # an entry of a dict the code holds
     ("torch.log(batch['probs'])", "torch.log(batch['probs'].clamp(min=1e-30))", ["batch"]),
+    # a list comprehension over a literal tuple and over range(n)
+    ("torch.log(torch.stack([torch.exp(v) for v in (a, b)]).sum(0))",
+     "torch.logsumexp(torch.stack([v for v in (a, b)]), 0)", ["a", "b"]),
+    ("torch.log(torch.stack([x[..., i].exp() for i in range(n)]).sum(0))",
+     "torch.logsumexp(torch.stack([x[..., i] for i in range(n)]), 0)", ["x", "n"]),
     # a fresh tensor filled in place (out of place here)
     ("torch.log(torch.empty_like(x).uniform_(1e-6, 1 - 1e-6)) - torch.log(1 - torch.empty_like(x).uniform_(1e-6, 1 - 1e-6))",
      "torch.logit(torch.empty_like(x).uniform_(1e-6, 1 - 1e-6))", ["x"]),
@@ -101,6 +106,11 @@ def test_empty_gives_zeros_never_uninitialized_memory():
     "x.to('cuda')",
     "batch['__class__']",
     "torch['x']",
+    "[torch.exp(v) for v in (x,)]",  # a comprehension outside an argument
+    "torch.stack([v for v in x])",  # over a tensor (unbounded)
+    "torch.stack([x for x in (batch,)])",  # shadowing an input
+    "torch.stack([v for v in (x,) if v])",
+    "torch.stack([x[i] for i in range(10 ** 6)])",  # over the sequence limit
 ])
 def test_still_refused_or_rejected(source):
     try:

@@ -122,6 +122,7 @@ class _Checker:
         self.rank = 1
         self.nodes = 0
         self.implied: Dict[str, Tuple[float, float]] = {}
+        self.locals: Set[str] = set()  # loop variables of a list comprehension
 
     # ----------------------------------------------------------------- helpers
     def _input(self, node: ast.AST, name: str, where: str = "value") -> None:
@@ -225,6 +226,9 @@ class _Checker:
         name = node.id
         if _is_dunder(name):
             raise Refused(f"name `{name}` is not allowed (dunder)")
+        if name in self.locals and where != "callee":
+            self.kinds[id(node)] = ("local", name)
+            return
         if where == "callee":
             if name in self.declared:
                 raise Refused(f"input `{name}` is called as a function")
@@ -515,6 +519,36 @@ class _Checker:
             return
         raise Refused("slice bounds must be integers")
 
+    def _ListComp(self, node: ast.ListComp, where: str, depth: int) -> None:
+        """`[f(v) for v in (a, b)]`, `[x[i] for i in range(n)]`: one loop over at most
+        MAX_SEQUENCE items (a literal tuple/list, or `range` of a small integer or a size), a
+        plain loop variable, no condition; as an argument only (like a list)."""
+        if where != "arg":
+            raise Refused("a list comprehension is only allowed as a function argument")
+        if len(node.generators) != 1:
+            raise Refused("a list comprehension may have one `for` only")
+        gen = node.generators[0]
+        if gen.ifs or gen.is_async or not isinstance(gen.target, ast.Name) or _is_dunder(gen.target.id):
+            raise Refused("a list comprehension needs a plain loop variable and no condition")
+        it = gen.iter
+        if isinstance(it, (ast.Tuple, ast.List)):
+            self._sequence(it, "arg", depth)
+        elif (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+              and len(it.args) == 1 and not it.keywords):
+            self.kinds[id(it)] = ("range", None)
+            self._index_number(it.args[0])
+        else:
+            raise Refused("a list comprehension may loop over a literal tuple/list or range(n) only")
+        name = gen.target.id
+        if name in self.declared or name in W.MODULE_ROOTS or name in W.BUILTIN_FUNCTIONS:
+            raise Refused(f"loop variable `{name}` shadows an input or a name")
+        self.locals.add(name)
+        try:
+            self.check(node.elt, "value", depth)
+        finally:
+            self.locals.discard(name)
+        self.elementwise = False
+
     def _IfExp(self, node: ast.IfExp, where: str, depth: int) -> None:
         """`a if flag else b`: a flag input is a Python bool (True: the first branch is
         verified); a tensor condition raises when evaluated on a batch."""
@@ -566,7 +600,6 @@ _COMPARE = {
 
 _NODE_WORDS = {
     "Lambda": "a lambda",
-    "ListComp": "a list comprehension",
     "SetComp": "a set comprehension",
     "DictComp": "a dict comprehension",
     "GeneratorExp": "a generator expression",
@@ -682,8 +715,10 @@ class Interpreter:
     def _eval(self, node: ast.AST, env: Mapping[str, Any]) -> Any:
         torch = self.torch
         kind = self.checked.kinds.get(id(node))
-        if kind is not None and kind[0] == "input":
+        if kind is not None and kind[0] in ("input", "local"):
             return env[kind[1]]
+        if isinstance(node, ast.ListComp):
+            return self._list_comp(node, env)
         if isinstance(node, ast.Constant):
             return node.value
         if kind is not None and kind[0] == "const":
@@ -745,6 +780,22 @@ class Interpreter:
         if isinstance(node, (ast.Tuple, ast.List)):
             return tuple(self._eval(e, env) for e in node.elts)
         raise Refused(f"{_describe(node)} is not allowed")
+
+    def _list_comp(self, node: ast.ListComp, env: Mapping[str, Any]) -> Any:
+        gen = node.generators[0]
+        if self.checked.kinds.get(id(gen.iter), ("",))[0] == "range":
+            n = self._eval(gen.iter.args[0], env)
+            if type(n) is not int or not 0 <= n <= MAX_SEQUENCE:
+                raise EvaluationError(f"range() of a list comprehension must be an integer up to {MAX_SEQUENCE}")
+            items: Sequence[Any] = list(range(n))
+        else:
+            items = self._eval(gen.iter, env)
+        out = []
+        for item in items:
+            inner = dict(env)
+            inner[gen.target.id] = item
+            out.append(self._eval(node.elt, inner))
+        return tuple(out)
 
     def _index(self, node: ast.AST, env: Mapping[str, Any]) -> Any:
         torch = self.torch
