@@ -60,7 +60,7 @@ def verify_command(
         sys.exit(2)
 
     from ..config import apply_cli, load_settings
-    from .findings import FindingsError, lint_findings, read_findings, selected
+    from .findings import FindingsError, lint_findings, printable_line, read_findings, selected
 
     settings = apply_cli(load_settings(config_path), select, extend_select, ignore)
     errors = []
@@ -71,7 +71,7 @@ def verify_command(
         try:
             diagnostics = read_findings(from_file)
         except FindingsError as exc:
-            click.echo(f"nanlint: error: {exc}", err=True)
+            click.echo(f"nanlint: error: {printable_line(str(exc))}", err=True)
             sys.exit(2)
     else:
         linted = lint_findings(paths, settings)
@@ -95,7 +95,7 @@ def verify_command(
     outcome.errors[:0] = errors
     outcome.source_roots = source_roots
     for message in outcome.errors:
-        click.echo(f"nanlint: error: {message}", err=True)
+        click.echo(f"nanlint: error: {printable_line(message)}", err=True)
     if output_format == "json":
         sys.stdout.write(render_json(outcome))
     else:
