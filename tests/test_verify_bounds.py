@@ -156,3 +156,23 @@ def test_html_report_quotes_no_file_outside_the_linted_paths(tmp_path, capsys, m
     run(["verify", "--from", path, str(project), "--report", str(report), "--exit-zero"], capsys)
     page = report.read_text()
     assert "TOP-SECRET-LINE" not in page and "TORCH_LOG_LINE" in page
+
+
+@pytest.mark.parametrize("inputs, relations", [
+    # a simplex whose axis is beyond the ranks tried, with an empty domain
+    ([{"name": "x", "kind": "simplex", "dim": 5, "domain": [0, 0]}], []),
+    # a domain no float16 or bfloat16 value lies in, next to an ordinary input
+    ([{"name": "x", "domain": [1e308, "inf"]}, {"name": "y", "kind": "integer", "domain": [3, 3]}], []),
+    # relations naming NaN, an overflowing number and the input itself
+    ([{"name": "x", "kind": "mask"}, {"name": "y", "kind": "count", "dim": -2}],
+     [["x", ">", "nan"], ["y", "<=", "1e400"], ["y", "!=", "y"]]),
+    ([{"name": "x", "kind": "probability", "domain": [-1e-300, 1e-300], "evidence": "e"}], [["x", ">", "x"]]),
+])
+def test_odd_but_well_formed_probes_never_crash_the_verifier(tmp_path, capsys, inputs, relations):
+    original = "torch.log(x.sum(-1)) + torch.exp(x).mean()" + (" + y.sum()" if len(inputs) > 1 else "")
+    item = finding(original, None, inputs)
+    item["probe"]["relations"] = relations
+    path = write(tmp_path, [item])
+    code, out, err = run(["verify", "--from", path, "--exit-zero"], capsys)
+    assert code == 0, err
+    assert "crashed" not in err and "internal error" not in out

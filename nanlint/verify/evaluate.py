@@ -163,7 +163,12 @@ class _null:
 
 def per_point(mask: torch.Tensor) -> torch.Tensor:
     """(N, ...) -> (N,): any element of the point."""
-    return mask.reshape(mask.shape[0], -1).any(dim=1) if mask.dim() > 1 else mask
+    return rows(mask).any(dim=1) if mask.dim() > 1 else mask
+
+
+def rows(t: torch.Tensor) -> torch.Tensor:
+    """(N, ...) -> (N, M): one row per point (also when N is 0, where reshape(N, -1) fails)."""
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))
 
 
 def representable(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -47,6 +47,7 @@ from .evaluate import (
     expand_points,
     per_point,
     representable,
+    rows as point_rows,
     run_program,
     single_threaded,
     subnormal,
@@ -456,7 +457,7 @@ def _same_function(p: Prepared, batch: Batch, ref_o: Run, ref_f: Run, found: "_F
         col = batch.columns64.get(k)
         if col is None:
             continue
-        a = col.abs().reshape(n, -1)
+        a = point_rows(col.abs())
         ok = (a == 0) | ((a >= ORDINARY[0]) & (a <= ORDINARY[1]))
         ordinary &= ok.all(dim=1)
     pairs = [("forward", None, ref_o.out, ref_f.out)]
@@ -623,10 +624,10 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
         decides = ctx.dtype == torch.float32 and ctx.autocast is None
         if decides and f_stats.agree_fraction < NOTE_SHARE:
             worst = torch.where(judged & ~agree, bits_f, torch.full_like(bits_f, -1.0))
-            rows = worst.reshape(n, -1).amax(dim=1) > 0
-            fail = _Fail("forward", None, ACCURACY, rows, out_f, ref_o.out)
+            worst_rows = point_rows(worst).amax(dim=1) > 0
+            fail = _Fail("forward", None, ACCURACY, worst_rows, out_f, ref_o.out)
             target = found.introduced if f_stats.agree_fraction < AGREE_SHARE else found.less_accurate
-            _add(target, rows, fail, which="fix", bits=worst, **setting)
+            _add(target, worst_rows, fail, which="fix", bits=worst, **setting)
             found.less_accurate_share = f_stats.agree_fraction
     if p.exact:
         _fix_less_accurate(p, ctx, index, batch, ro, rf, ref_o, plain, found)

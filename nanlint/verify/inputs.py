@@ -253,7 +253,11 @@ def _patterns(v: float, shape: Tuple[int, ...], domain) -> List[List[float]]:
 
 def _simplex_rows(shape: Tuple[int, ...], dim: int, coarse: bool) -> torch.Tensor:
     """(K, *shape) tensors, non-negative, summing to 1 along `dim`."""
-    size = shape[dim] if shape else 1
+    if not shape:
+        return torch.ones(1, dtype=torch.float64)  # a distribution over one class
+    if not -len(shape) <= dim < len(shape):
+        dim = -1  # the shape search gave this input fewer dims than its axis: the last one
+    size = shape[dim]
     tiny = [0.0, 1e-45, 1e-38, 1e-30, 1e-12, 1e-8, 6e-8, 1e-6, 1e-4, 1e-3, 0.01, 0.1]
     if coarse:
         tiny = [0.0, 1e-30, 1e-8, 1e-3, 0.1]
@@ -397,7 +401,7 @@ def apply_relations(points: PointSet, relations: Sequence[Tuple[str, str, str]])
         bound = _number(right)
         if bound is not None:
             spec = specs.get(left)
-            flat = a.reshape(n, -1)
+            flat = _rows(a)
             if spec is not None and (spec.role == "bool" or spec.kind == "mask") and op in (">", "!=", ">=") \
                     and bound == 0:
                 if op != ">=":
@@ -413,18 +417,22 @@ def apply_relations(points: PointSet, relations: Sequence[Tuple[str, str, str]])
         if op in (">=", ">"):
             cols[left], cols[right] = torch.maximum(a, b), torch.minimum(a, b)
             if op == ">":
-                keep &= (cols[left] > cols[right]).reshape(n, -1).all(dim=1)
+                keep &= _rows(cols[left] > cols[right]).all(dim=1)
         elif op == "==":
             cols[right] = a.clone()
         elif op == "!=":
-            keep &= (a != b).reshape(n, -1).all(dim=1)
+            keep &= _rows(a != b).all(dim=1)
     for name, col in cols.items():
         spec = specs.get(name)
         if spec is not None and spec.domain is not None and col.is_floating_point():
             lo, hi = spec.domain
-            keep &= ((col >= lo) & (col <= hi)).reshape(n, -1).all(dim=1)
+            keep &= _rows((col >= lo) & (col <= hi)).all(dim=1)
     rows = keep.nonzero().flatten()
     return PointSet({k: v[rows] for k, v in cols.items()}, points.constants, points.shape, points.specs)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))
 
 
 def _compare(t: torch.Tensor, op: str, bound: float) -> torch.Tensor:
