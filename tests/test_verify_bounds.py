@@ -176,3 +176,29 @@ def test_odd_but_well_formed_probes_never_crash_the_verifier(tmp_path, capsys, i
     code, out, err = run(["verify", "--from", path, "--exit-zero"], capsys)
     assert code == 0, err
     assert "crashed" not in err and "internal error" not in out
+
+
+@pytest.mark.parametrize("source", [
+    "x.new_full((1000000000,), 1.0).sum() * x",
+    "x.new_zeros(100000, 100000).sum() * x",
+    "torch.repeat_interleave(x, 1000000000)",
+    "x.repeat_interleave(t)",
+    "torch.nn.functional.one_hot(t.clamp(max=4095), 4096).sum() * x",
+    "torch.broadcast_to(x, (100000, 100000)).sum()",
+    "torch.zeros(size=(100000, 100000))",
+    "torch.randint(0, 5, (100000, 100000))",
+    "torch.linspace(0, 1, 1000000000)",
+    "torch.eye(100000)",
+    "x.repeat(100000, 100000)",
+    "torch.cartesian_prod(x.repeat(1000), x.repeat(1000), x.repeat(1000))",
+])
+def test_every_creation_op_is_sized_before_it_allocates(source):
+    import torch
+
+    from nanlint.verify.budget import BudgetExceeded
+
+    program = Interpreter(check_expression(source, ["x", "t"]))
+    start = time.perf_counter()
+    with pytest.raises(BudgetExceeded):
+        program({"x": torch.ones(4), "t": torch.full((3000,), 10**9, dtype=torch.long)})
+    assert time.perf_counter() - start < 1.0

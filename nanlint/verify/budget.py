@@ -179,6 +179,25 @@ def estimate(short: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tupl
         return (reps * tensors[0].numel() if reps is not None else None), None
     if short in ("expand",) and tensors:
         return sizes_product(args[1:]), None
+    if short in ("broadcast_to",) and tensors:
+        return sizes_product(args[1:2]) if len(args) > 1 else None, None
+    if short in ("new_zeros", "new_ones", "new_empty") and tensors:
+        return sizes_product(args[1:] or [kwargs.get("size", ())]), None
+    if short == "new_full" and tensors:
+        return sizes_product(args[1:2] or [kwargs.get("size", ())]), None
+    if short == "repeat_interleave" and tensors:
+        reps = args[1] if len(args) > 1 else kwargs.get("repeats")
+        if isinstance(reps, int) and not isinstance(reps, bool):
+            return tensors[0].numel() * max(reps, 0), None
+        if isinstance(reps, torch.Tensor) and not reps.is_floating_point():
+            try:
+                return int(reps.clamp(min=0).sum()) * max(1, tensors[0].numel() // max(1, reps.numel())), None
+            except RuntimeError:  # inside vmap: the total is per point
+                return None, None
+        return None, None
+    if short == "one_hot" and tensors:
+        n = args[1] if len(args) > 1 else kwargs.get("num_classes")
+        return (tensors[0].numel() * n if isinstance(n, int) and n > 0 else None), None
     if short in ("zeros", "ones", "empty", "rand", "randn", "full", "randint"):
         sizes = args[:1] if short == "full" else args
         if short == "randint":
