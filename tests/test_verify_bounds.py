@@ -202,3 +202,26 @@ def test_every_creation_op_is_sized_before_it_allocates(source):
     with pytest.raises(BudgetExceeded):
         program({"x": torch.ones(4), "t": torch.full((3000,), 10**9, dtype=torch.long)})
     assert time.perf_counter() - start < 1.0
+
+
+def test_fuzzed_fixture_probes_never_crash_the_verifier():
+    """A bounded run of benchmarks/fuzz_verify.py (the full run is the script): fixture probes
+    with random kinds, dims, domains and relations; and the case it found (a count whose
+    domain holds no float32 integer)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import fuzz_verify
+
+    items = fuzz_verify.fixture_findings()[::6]
+    assert len(items) >= 40
+    assert fuzz_verify.fuzz(items, seeds=1) == 0
+    count = finding("torch.log(1 - torch.sigmoid(z))", None,
+                    [{"name": "z", "kind": "count", "dim": 1, "domain": [1e308, "inf"]}])
+    count["probe"]["relations"] = [["z", ">", "1e400"], ["z", "<", "0"]]
+    from nanlint.verify.findings import parse_findings
+    from nanlint.verify.verifier import verify_all
+
+    outcome = verify_all(parse_findings(json.dumps([count])), "cpu")
+    assert outcome.errors == [] and outcome.results[0].verification.verdict == "not-verifiable"

@@ -295,7 +295,10 @@ def _integer_values(spec: InputSpec, coarse: bool) -> List[float]:
         vals = [v for v in vals if v != 0.0]
     if spec.domain is not None:
         lo, hi = spec.domain
-        vals = [v for v in vals if lo <= v <= hi] or [float(math.ceil(lo))]
+        inside = [v for v in vals if lo <= v <= hi]
+        if not inside and math.isfinite(lo) and math.ceil(lo) <= hi:
+            inside = [float(math.ceil(lo))]
+        vals = inside or [lo if math.isfinite(lo) else hi]  # no integer inside: the relations/domains drop it
     return vals
 
 
