@@ -5,14 +5,18 @@ Exit codes (ruff's): 0 no finding remains, 1 findings remain, 2 usage/config/int
 
 from __future__ import annotations
 
+import difflib
+import os
+import re
 import sys
+import time
 from collections import Counter
 from typing import List, Optional, Sequence
 
 import click
 
 from . import __version__
-from .config import ConfigError, apply_cli, load_settings
+from .config import ConfigError, apply_cli, load_settings, parse_seconds, parse_size
 from .diagnostics import Diagnostic
 from .runner import run
 from .output import FORMATS, render
@@ -24,15 +28,36 @@ class _DefaultToCheck(click.Group):
     """`nanlint src/` means `nanlint check src/`, as `ruff src/` once meant `ruff check`."""
 
     def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        if args and _looks_like_command(args[0], self.commands):
+            close = difflib.get_close_matches(args[0], list(self.commands), n=1)
+            if close:
+                raise click.UsageError(f"no such command '{args[0]}'; did you mean '{close[0]}'?")
+            raise click.UsageError(
+                f"no such command or path '{args[0]}' (commands: {', '.join(sorted(self.commands))})"
+            )
         if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version")):
             args = ["check"] + list(args)
         return super().parse_args(ctx, args)
+
+
+def _looks_like_command(word: str, commands) -> bool:
+    """A bare word that is neither a command nor an existing path (`nanlint chek`): a
+    mistyped command, not a path to lint."""
+    return (
+        word not in commands
+        and re.fullmatch(r"[A-Za-z][A-Za-z_-]*", word) is not None
+        and not os.path.exists(word)
+    )
 
 
 @click.group(cls=_DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="nanlint", message="%(prog)s %(version)s")
 def cli() -> None:
     """Find numerically unsafe PyTorch code (NaN/Inf hazards) and fix it."""
+
+
+# The formats `--statistics` can be written in.
+STATISTICS_FORMATS = ("text", "json")
 
 
 def _plural(n: int, word: str) -> str:
@@ -52,6 +77,13 @@ def _plural(n: int, word: str) -> str:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too (for pre-commit).")
 @click.option("--config", "config_path", metavar="PATH", help="Read settings from this TOML file instead of the nearest pyproject.toml.")
+@click.option("--max-file-size", metavar="SIZE", help="Skip larger files with a warning (bytes, or 512KB, 2MB; 0: no limit). Default 1MB.")
+@click.option("--file-timeout", metavar="SECONDS", type=float, help="Report a file as skipped when its analysis takes longer (0: no limit). Default 30.")
+@click.option("--stdin-filename", metavar="PATH", help="Read the source from stdin and lint it as PATH (settings and per-file-ignores apply by that name).")
+@click.option("--show-fixes", is_flag=True, help="With --fix, list the fixes applied, per file and rule.")
+@click.option("--no-color", is_flag=True, help="No colours, even on a terminal (so does the NO_COLOR variable).")
+@click.option("-q", "--quiet", is_flag=True, help="Print the findings only: no summary, no hints.")
+@click.option("-v", "--verbose", is_flag=True, help="Also print the settings file, each file checked and the time taken (on stderr).")
 def check(
     paths: Sequence[str],
     fix: bool,
@@ -65,38 +97,115 @@ def check(
     exit_zero: bool,
     force_exclude: bool,
     config_path: Optional[str],
+    max_file_size: Optional[str],
+    file_timeout: Optional[float],
+    stdin_filename: Optional[str],
+    show_fixes: bool,
+    no_color: bool,
+    quiet: bool,
+    verbose: bool,
 ) -> None:
-    """Lint PATHS (default: the current directory)."""
+    """Lint PATHS (default: the current directory); `-` reads the source from stdin."""
+    if statistics and output_format not in STATISTICS_FORMATS:
+        raise click.UsageError(
+            f"--statistics cannot be written as --output-format {output_format} "
+            f"(use {' or '.join(STATISTICS_FORMATS)})"
+        )
+    started = time.perf_counter()
     settings = load_settings(config_path)
     settings = apply_cli(settings, select, extend_select, ignore)
+    if max_file_size is not None:
+        settings.max_file_size = parse_size(max_file_size, "--max-file-size")
+    if file_timeout is not None:
+        settings.file_timeout = parse_seconds(file_timeout, "--file-timeout")
     settings.force_exclude = settings.force_exclude or force_exclude
-    result = run(paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
-    diagnostics, internal_errors, fixed = result.diagnostics, result.errors, result.fixed
+    if verbose:
+        where = settings.source or "no [tool.nanlint] table found: defaults"
+        click.echo(f"nanlint: settings: {where}", err=True)
+    from_stdin = list(paths) == ["-"] or (stdin_filename is not None and not paths)
+    if stdin_filename is not None and not from_stdin:
+        raise click.UsageError("--stdin-filename reads the source from stdin: give no PATHS (or `-`)")
+    if "-" in paths and not from_stdin:
+        raise click.UsageError("`-` (stdin) cannot be mixed with other PATHS")
+    color = _use_color(no_color)
+    sources = None
+    stdout_source = None
+    if from_stdin:
+        from .runner import run_stdin, stdin_display
+
+        text = click.get_text_stream("stdin").read()
+        result, fixed_text = run_stdin(text, stdin_filename, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+        sources = {stdin_display(stdin_filename): fixed_text}  # for --output-format full
+        if fix and not diff:
+            stdout_source = fixed_text
+    else:
+        if verbose:
+            from .files import discover
+
+            for path in discover(list(paths) or ["."], settings):
+                click.echo(f"nanlint: checking {path.as_posix()}", err=True)
+        result = run(paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+    diagnostics, errors, fixed = result.diagnostics, result.errors, result.fixed
     for message in result.warnings:
         click.echo(f"nanlint: warning: {message}", err=True)
-    for message in internal_errors:
+    for message in result.internal_errors + errors:
         click.echo(f"nanlint: error: {message}", err=True)
+    if verbose:
+        click.echo(f"nanlint: done in {time.perf_counter() - started:.2f} s", err=True)
 
     if diff:
         sys.stdout.write("".join(result.diffs))
-        if fixed:
-            click.echo(f"Would fix {_plural(fixed, 'problem')}.", err=True)
-        else:
-            click.echo("No fixes to apply.", err=True)
-        sys.exit(2 if internal_errors else (1 if fixed and not exit_zero else 0))
+        if not quiet:
+            if fixed:
+                click.echo(f"Would fix {_plural(fixed, 'problem')}.", err=True)
+            else:
+                click.echo("No fixes to apply.", err=True)
+            _print_unsafe_hint(diagnostics, unsafe_fixes, err=True)
+        sys.exit(2 if errors else (1 if fixed and not exit_zero else 0))
 
+    # With --fix on stdin the fixed source owns stdout; the report goes to stderr.
+    report_err = stdout_source is not None
+    if stdout_source is not None:
+        sys.stdout.write(stdout_source)
     if statistics:
-        _print_statistics(diagnostics, output_format, unsafe_fixes)
+        _print_statistics(diagnostics, output_format, unsafe_fixes, err=report_err)
     else:
-        sys.stdout.write(render(output_format, diagnostics, unsafe_fixes=unsafe_fixes))
-    if output_format == "text":
-        _print_summary(diagnostics, fix, fixed, unsafe_fixes)
-    if internal_errors:
+        click.echo(
+            render(output_format, diagnostics, unsafe_fixes=unsafe_fixes, color=color, sources=sources),
+            nl=False, err=report_err, color=color,
+        )
+    if output_format in ("text", "concise", "full") and not quiet:
+        if show_fixes and fix and result.applied:
+            _print_fixes(result.applied, err=report_err)
+        _print_summary(diagnostics, fix, fixed, unsafe_fixes, err=report_err)
+    if errors:
         sys.exit(2)
+    # A rule's internal error cost only its own piece: the exit code follows the findings.
     sys.exit(1 if diagnostics and not exit_zero else 0)
 
 
-def _print_statistics(diagnostics: List[Diagnostic], fmt: str, unsafe: bool) -> None:
+def _use_color(no_color: bool) -> bool:
+    """Colours only on a terminal, and never with --no-color or a non-empty NO_COLOR."""
+    if no_color or os.environ.get("NO_COLOR"):
+        return False
+    stream = sys.stdout
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def _print_fixes(applied, err: bool = False) -> None:
+    """ruff's --show-fixes: the fixes applied, per file and rule."""
+    per_file: dict = {}
+    for display, d in applied:
+        per_file.setdefault(display, Counter())[(d.code, d.name)] += 1
+    total = sum(sum(c.values()) for c in per_file.values())
+    click.echo(f"Fixed {_plural(total, 'problem')}:", err=err)
+    for display in sorted(per_file):
+        click.echo(f"- {display}:", err=err)
+        for (code, name), count in sorted(per_file[display].items()):
+            click.echo(f"    {count} × {code} ({name})", err=err)
+
+
+def _print_statistics(diagnostics: List[Diagnostic], fmt: str, unsafe: bool, err: bool = False) -> None:
     counts = Counter(d.code for d in diagnostics)
     fixable = Counter(d.code for d in diagnostics if d.is_fixable(unsafe))
     rows = []
@@ -108,51 +217,92 @@ def _print_statistics(diagnostics: List[Diagnostic], fmt: str, unsafe: bool) -> 
 
         click.echo(json.dumps(
             [{"code": c, "name": n, "count": k, "fixable": f} for k, c, f, n in rows], indent=2
-        ))
+        ), err=err)
         return
     width = max((len(str(r[0])) for r in rows), default=1)
     for count, code, all_fixable, name in rows:
-        click.echo(f"{count:>{width}}\t{code}\t{'[*]' if all_fixable else '[ ]'} {name}")
+        click.echo(f"{count:>{width}}\t{code}\t{'[*]' if all_fixable else '[ ]'} {name}", err=err)
 
 
-def _print_summary(diagnostics: List[Diagnostic], fix: bool, fixed: int, unsafe: bool) -> None:
+def _print_summary(diagnostics: List[Diagnostic], fix: bool, fixed: int, unsafe: bool, err: bool = False) -> None:
     remaining = len(diagnostics)
     fixable = sum(1 for d in diagnostics if d.is_fixable(unsafe))
-    hidden = sum(1 for d in diagnostics if d.fix is not None and not d.is_fixable(unsafe))
     if fix:
         if fixed or remaining:
-            click.echo(f"Found {_plural(fixed + remaining, 'problem')} ({fixed} fixed, {remaining} remaining).")
+            click.echo(f"Found {_plural(fixed + remaining, 'problem')} ({fixed} fixed, {remaining} remaining).", err=err)
         else:
-            click.echo("All checks passed!")
+            click.echo("All checks passed!", err=err)
     elif remaining:
         extra = f" ({fixable} fixable with --fix)" if fixable else ""
-        click.echo(f"Found {_plural(remaining, 'problem')}{extra}.")
+        click.echo(f"Found {_plural(remaining, 'problem')}{extra}.", err=err)
     else:
-        click.echo("All checks passed!")
+        click.echo("All checks passed!", err=err)
+    _print_unsafe_hint(diagnostics, unsafe, err=err)
+
+
+def _print_unsafe_hint(diagnostics: List[Diagnostic], unsafe: bool, err: bool = False) -> None:
+    hidden = sum(1 for d in diagnostics if d.fix is not None and not d.is_fixable(unsafe))
     if hidden:
         click.echo(
             f"{hidden} more {'fix' if hidden == 1 else 'fixes'} available with --fix --unsafe-fixes "
-            "(they change values or statement order: review them)."
+            "(they change values or statement order: review them).",
+            err=err,
         )
 
 
-@cli.command("rule", short_help="Print the page of rule CODE.")
-@click.argument("code")
-def rule_command(code: str) -> None:
-    """Print the page of rule CODE (e.g. NAN101)."""
+@cli.command("rule", short_help="Print the page of rule CODE (or of every rule).")
+@click.argument("code", required=False)
+@click.option("--all", "every", is_flag=True, help="Every rule's page.")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def rule_command(code: Optional[str], every: bool, output_format: str) -> None:
+    """Print the page of rule CODE (e.g. NAN101), or with --all of every rule."""
     from .pages import render_page
 
-    try:
-        rule = get_rule(code.upper())
-    except KeyError:
-        raise ConfigError(f"unknown rule code '{code}' (see `nanlint rules`)")
-    click.echo(render_page(rule), nl=False)
+    if every == (code is not None):
+        raise click.UsageError("give a rule CODE or --all")
+    if every:
+        rules = all_rules()
+    else:
+        try:
+            rules = [get_rule(code.upper())]
+        except KeyError:
+            raise ConfigError(f"unknown rule code '{code}' (see `nanlint rules`)")
+    if output_format == "json":
+        import json
+
+        items = [_rule_json(r, render_page(r)) for r in rules]
+        click.echo(json.dumps(items if every else items[0], indent=2))
+        return
+    click.echo("\n".join(render_page(r) for r in rules), nl=False)
+
+
+def _rule_json(rule, page: Optional[str] = None) -> dict:
+    from . import RULES_URL
+
+    item = {
+        "code": rule.code,
+        "name": rule.name,
+        "summary": rule.summary or rule.message,
+        "message": rule.message,
+        "fix": rule.fix_applicability,
+        "default": rule.default_enabled,
+        "url": RULES_URL.format(code=rule.code),
+    }
+    if page is not None:
+        item["explanation"] = page
+    return item
 
 
 @cli.command("rules")
-def rules_command() -> None:
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def rules_command(output_format: str) -> None:
     """List every rule: code, name, fixable, on by default."""
     rules = all_rules()
+    if output_format == "json":
+        import json
+
+        click.echo(json.dumps([_rule_json(r) for r in rules], indent=2))
+        return
     width = max(len(r.name) for r in rules)
     click.echo(f"{'code':<7} {'name':<{width}}  {'fix':<6}  default")
     for r in rules:
@@ -163,6 +313,18 @@ def rules_command() -> None:
 
 
 cli.add_command(verify_command)
+
+
+@cli.command("server")
+def server_command() -> None:
+    """Run the language server (LSP over stdio) for editors; needs nanlint[server]."""
+    from .server import INSTALL_HINT
+
+    try:
+        from .server.lsp import start
+    except ImportError as exc:
+        raise ConfigError(f"{INSTALL_HINT} ({exc})")
+    start()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

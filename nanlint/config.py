@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +27,17 @@ KNOWN_KEYS = {
     "force-exclude",
     "respect-gitignore",
     "precision",
+    "max-file-size",
+    "file-timeout",
 }
+# Larger files are skipped with a one-line warning (generated tables, vendored blobs):
+# LibCST needs about 0.5 GB and 7 s per MB of source.
+DEFAULT_MAX_FILE_SIZE = 1024 * 1024
+# A file whose analysis takes longer is reported as skipped and the run moves on.
+DEFAULT_FILE_TIMEOUT = 30.0
 # `precision = "fp16"`: the project runs in half precision (half-only hazards are reported
 # everywhere, not only where the file shows a half dtype).
-PRECISIONS = {"auto": None, "fp32": None, "fp16": "float16", "float16": "float16",
+PRECISIONS = {"auto": None, "fp32": None, "float32": None, "fp16": "float16", "float16": "float16",
               "bf16": "bfloat16", "bfloat16": "bfloat16"}
 
 # Never descended into when walking a directory (a file named explicitly is still linted).
@@ -72,6 +80,8 @@ class Settings:
     # Skip what git ignores when walking a directory (as ruff does).
     respect_gitignore: bool = True
     precision: Optional[str] = None  # "float16" / "bfloat16" from `precision`, else None
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; 0: no limit
+    file_timeout: float = DEFAULT_FILE_TIMEOUT  # seconds; 0: no limit
     # Directory that relative patterns in the config are relative to.
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None  # the file the settings came from
@@ -91,22 +101,27 @@ class Settings:
 
     def _relative(self, path: Path) -> str:
         try:
-            return path.resolve().relative_to(self.root.resolve()).as_posix()
+            return safe_resolve(path).relative_to(safe_resolve(self.root)).as_posix()
         except ValueError:
             return path.as_posix()
 
     def rules_for(self, path: Path, selected: Sequence[Type[Rule]]) -> List[Type[Rule]]:
         if not self.per_file_ignores:
             return list(selected)
-        try:
-            rel = path.resolve().relative_to(self.root.resolve()).as_posix()
-        except ValueError:
-            rel = path.as_posix()
+        rel = self._relative(path)
         ignored: List[str] = []
         for pattern, codes in self.per_file_ignores.items():
             if _glob_match(rel, path.name, pattern):
                 ignored.extend(codes)
         return [r for r in selected if not _matches_any(r.code, ignored, exact_for_off=False)]
+
+
+def safe_resolve(path: Path) -> Path:
+    """`path.resolve()`, or the absolute path where links loop (pathlib raises there)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
 
 
 def _glob_match(rel: str, name: str, pattern: str, skip: int = 0) -> bool:
@@ -137,7 +152,8 @@ def validate_selectors(selectors: Sequence[str], where: str) -> List[str]:
     for raw in selectors:
         s = raw.strip().upper()
         if not s:
-            continue
+            # `select = [""]` would otherwise select nothing and pass every file.
+            raise ConfigError(f"{where}: empty rule selector (a code such as NAN101, a prefix such as NAN1, or ALL)")
         if s != "ALL" and not any(c.startswith(s) for c in codes):
             raise ConfigError(f"{where}: unknown rule selector '{raw}' (see `nanlint rules`)")
         out.append(s)
@@ -178,6 +194,61 @@ def find_config(start: Path) -> Optional[Path]:
             if "nanlint" in data.get("tool", {}):
                 return candidate
     return None
+
+
+def validate_glob(pattern: str, where: str) -> str:
+    """A glob as fnmatch reads it; `[` without its `]` and reversed ranges are errors, not
+    patterns that silently match nothing."""
+    if not pattern.strip():
+        raise ConfigError(f"{where}: empty glob pattern")
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "[":
+            j = i + 1
+            if pattern[j:j + 1] == "!":
+                j += 1
+            if pattern[j:j + 1] == "]":
+                j += 1  # a leading `]` is a member, not the end
+            close = pattern.find("]", j)
+            if close == -1:
+                raise ConfigError(f"{where}: invalid glob '{pattern}': '[' is never closed")
+            members = pattern[i + 1:close].lstrip("!")
+            for m in re.finditer(r"(.)-(.)", members):
+                if m.group(1) > m.group(2):
+                    raise ConfigError(
+                        f"{where}: invalid glob '{pattern}': the range {m.group(0)} is reversed (it matches nothing)"
+                    )
+            i = close
+        i += 1
+    try:
+        re.compile(fnmatch.translate(pattern))
+    except re.error as exc:
+        raise ConfigError(f"{where}: invalid glob '{pattern}': {exc}") from None
+    return pattern
+
+
+def _glob_list(value, key: str, where: str) -> List[str]:
+    return [validate_glob(p, f"{where}: `{key}`") for p in _string_list(value, key, where)]
+
+
+def parse_size(value, where: str) -> int:
+    """`max-file-size`: bytes as an integer, or a string such as "512KB", "2MB"; 0 = no limit."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: must be a size such as 1048576, \"512KB\" or \"2MB\"")
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*", value, re.I)
+        if m:
+            scale = {"": 1, "B": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}[(m.group(2) or "")[:1].upper()]
+            return int(float(m.group(1)) * scale)
+    raise ConfigError(f"{where}: must be a size such as 1048576, \"512KB\" or \"2MB\"")
+
+
+def parse_seconds(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != value:
+        raise ConfigError(f"{where}: must be a number of seconds (0: no limit)")
+    return float(value)
 
 
 def _string_list(value, key: str, where: str) -> List[str]:
@@ -225,9 +296,13 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
             _string_list(table["extend-select"], "extend-select", where), where
         )
     if "exclude" in table:
-        settings.exclude = _string_list(table["exclude"], "exclude", where)
+        settings.exclude = _glob_list(table["exclude"], "exclude", where)
     if "extend-exclude" in table:
-        settings.extend_exclude = _string_list(table["extend-exclude"], "extend-exclude", where)
+        settings.extend_exclude = _glob_list(table["extend-exclude"], "extend-exclude", where)
+    if "max-file-size" in table:
+        settings.max_file_size = parse_size(table["max-file-size"], f"{where}: `max-file-size`")
+    if "file-timeout" in table:
+        settings.file_timeout = parse_seconds(table["file-timeout"], f"{where}: `file-timeout`")
     for key in ("force-exclude", "respect-gitignore"):
         if key in table:
             if not isinstance(table[key], bool):
@@ -245,7 +320,7 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
         if not isinstance(pfi, dict):
             raise ConfigError(f"{where}: `per-file-ignores` must be a table of glob = [codes]")
         settings.per_file_ignores = {
-            pattern: validate_selectors(
+            validate_glob(pattern, f"{where}: `per-file-ignores`"): validate_selectors(
                 _string_list(codes, f"per-file-ignores.{pattern}", where), where
             )
             for pattern, codes in pfi.items()

@@ -12,17 +12,18 @@ Precision (autocast, half) lives in precision.py; value ranges in ranges.py.
 
 from __future__ import annotations
 
-import io
 import tokenize
+import bisect
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .diagnostics import SAFE, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
 from .ops import TENSOR_METHOD, Op, match_op, number_value
+from .text import line_starts, offset, split_lines
 
 _EMPTY_MODULE = cst.Module(body=[])
 
@@ -42,7 +43,8 @@ def dotted_name(node: cst.BaseExpression) -> Optional[str]:
 
 
 def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
-    if getattr(node, "lpar", None):
+    # A tuple's parentheses are part of it (`()` cannot lose them).
+    if getattr(node, "lpar", None) and not isinstance(node, cst.Tuple):
         return node.with_changes(lpar=[], rpar=[])
     return node
 
@@ -67,8 +69,11 @@ def comment_tokens(source: str) -> List[Tuple[int, int, str]]:
     """(row, 1-based column, text) of every comment, from the tokenizer: a `#` inside a
     string is not a comment."""
     found: List[Tuple[int, int, str]] = []
+    # Lines as Python counts them; a CR-only ending becomes LF (same length, so rows and
+    # columns are unchanged) because the tokenize module does not end lines at a lone CR.
+    lines = [line[:-1] + "\n" if line.endswith("\r") else line for line in split_lines(source, keepends=True)]
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        for tok in tokenize.generate_tokens(iter(lines).__next__):
             if tok.type == tokenize.COMMENT:
                 found.append((tok.start[0], tok.start[1] + 1, tok.string))
     except (tokenize.TokenError, SyntaxError):
@@ -155,8 +160,12 @@ class FileContext:
         self.imports = Imports()
         self.scopes: List[Scope] = [Scope(module, "module")]
         self.diagnostics: List[Diagnostic] = []
+        # Internal errors of rules (reported on stderr; the findings of the run still count).
+        self.errors: List[str] = []
         self._positions = None
         self._lines: Optional[List[str]] = None
+        self._starts: Optional[List[int]] = None
+        self._blocks: Optional[Dict[int, Sequence[cst.CSTNode]]] = None
         self._top_level_names: Optional[Set[str]] = None
         self._comments: Optional[List[Tuple[int, int, str]]] = None
         # Constants a probe can use: `self.k = 50` in a class, `K = 50` at module level.
@@ -279,8 +288,14 @@ class FileContext:
 
     def lines(self) -> List[str]:
         if self._lines is None:
-            self._lines = self.source.splitlines(keepends=True)
+            self._lines = split_lines(self.source, keepends=True)
         return self._lines
+
+    def offset(self, pos: Position) -> int:
+        """The offset in `source` of a 1-based position."""
+        if self._starts is None:
+            self._starts = line_starts(self.source)
+        return offset(self._starts, self.source, pos)
 
     def line_text(self, row: int) -> str:
         lines = self.lines()
@@ -295,8 +310,10 @@ class FileContext:
 
     # ------------------------------------------------------------------ edits
     def replace(self, node: cst.CSTNode, content: str) -> Edit:
+        """Replace `node`; the edit remembers the node's text so that applying it can check
+        the span still holds exactly that (a wrong position must never rewrite other code)."""
         start, end = self.span(node)
-        return Edit(start, end, content)
+        return Edit(start, end, content, expected=self.code(node))
 
     def top_level_names(self) -> Set[str]:
         """Names bound at module level (to know whether a fix may introduce `F`)."""
@@ -384,12 +401,17 @@ class FileContext:
         node: cst.CSTNode,
         message: Optional[str] = None,
         *,
-        edits: Sequence[Edit] = (),
+        edits: Union[Sequence[Edit], Callable[[], Sequence[Edit]]] = (),
         fix_message: Optional[str] = None,
         applicability: Optional[str] = None,
-        probe: Optional[Probe] = None,
+        probe: Union[Optional[Probe], Callable[[], Optional[Probe]]] = None,
     ) -> Diagnostic:
+        """Report a finding at `node`. `edits` and `probe` may be builders (callables): a
+        builder that fails costs only its own part (the finding stays, without its fix or
+        probe) and leaves an internal-error line naming the rule and the position."""
         start, end = self.span(node)
+        edits = self._built(rule, start, "fix", edits, ())
+        probe = self._built(rule, start, "probe", probe, None)
         fix = None
         if edits and any(self._deletes_comment(e) for e in edits):
             # A fix must keep the file's comments; one that would drop a comment inside
@@ -415,6 +437,23 @@ class FileContext:
         self.diagnostics.append(diag)
         return diag
 
+    def _built(self, rule, at: Position, what: str, built, empty):
+        if not callable(built):
+            return built
+        try:
+            return built()
+        except Exception as exc:  # noqa: BLE001 - a rule bug must cost only this piece
+            self.internal_error(rule.code, at, f"building its {what}", exc)
+            return empty
+
+    def internal_error(self, code: str, at: Position, doing: str, exc: BaseException) -> None:
+        """Record a rule's internal error: one line naming the rule, the file and the position."""
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        self.errors.append(
+            f"internal error in {code} at {self.path}:{at.row}:{at.column} while {doing}: "
+            f"{type(exc).__name__}{': ' + text if text else ''} (please report this at the nanlint issue tracker)"
+        )
+
     def _comment_positions(self) -> List[Tuple[int, int, str]]:
         if self._comments is None:
             self._comments = comment_tokens(self.source)
@@ -425,10 +464,35 @@ class FileContext:
             return False
         if edit.start.row == edit.end.row and "#" not in self.line_text(edit.start.row):
             return False
-        for row, col, text in self._comment_positions():
-            if edit.start <= Position(row, col) < edit.end and text not in edit.content:
+        comments = self._comment_positions()  # in source order: look only inside the span
+        i = bisect.bisect_left(comments, (edit.start.row, edit.start.column, ""))
+        for row, col, text in comments[i:]:
+            if Position(row, col) >= edit.end:
+                break
+            if text not in edit.content:
                 return True
         return False
+
+    def block_of(self, statement: cst.CSTNode) -> Optional[Sequence[cst.CSTNode]]:
+        """The statement sequence (module body or indented block) that holds `statement`.
+        The map is built once per file: asking per finding must not walk the module."""
+        if self._blocks is None:
+            self._blocks = {}
+            stack: List[cst.CSTNode] = [self.module]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, (cst.Module, cst.IndentedBlock)):
+                    for stmt in node.body:
+                        self._blocks[id(stmt)] = node.body
+                # Descend through statements and their suites, never into expressions.
+                for f in dataclasses.fields(node):
+                    value = getattr(node, f.name)
+                    for child in value if isinstance(value, (list, tuple)) else (value,):
+                        if isinstance(child, cst.CSTNode) and not isinstance(
+                            child, (cst.BaseExpression, cst.SimpleStatementLine, cst.BaseSmallStatement)
+                        ):
+                            stack.append(child)
+        return self._blocks.get(id(statement))
 
     # ------------------------------------------------------------------ probes
     def canonical(

@@ -22,11 +22,15 @@ class Position:
 
 @dataclass(frozen=True)
 class Edit:
-    """Replace the source between two positions (end exclusive) by `content`."""
+    """Replace the source between two positions (end exclusive) by `content`.
+
+    `expected`, when known, is the text the span must hold (the replaced node's code):
+    applying an edit whose span holds anything else is refused, not guessed at."""
 
     start: Position
     end: Position
     content: str
+    expected: Optional[str] = field(default=None, compare=False)
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -130,9 +134,20 @@ class Diagnostic:
     probe: Optional[Probe] = None
     # Source line of `start` (for suppression comments and context in reports).
     line_text: str = field(default="", compare=False)
+    # In a notebook: the cell (1-based, counting every cell) that `start` and `end` are
+    # relative to, and the same range in the notebook file itself (SARIF and GitHub point
+    # into the file, not into a cell).
+    cell: Optional[int] = field(default=None, compare=False)
+    file_start: Optional[Position] = field(default=None, compare=False)
+    file_end: Optional[Position] = field(default=None, compare=False)
 
-    def sort_key(self) -> Tuple[str, int, int, str]:
-        return (self.path, self.start.row, self.start.column, self.code)
+    def sort_key(self) -> Tuple[str, int, int, int, str]:
+        return (self.path, self.cell or 0, self.start.row, self.start.column, self.code)
+
+    def where(self) -> str:
+        """`path:row:col`, or `path:cell N:row:col` in a notebook (ruff's spelling)."""
+        cell = f"cell {self.cell}:" if self.cell is not None else ""
+        return f"{self.path}:{cell}{self.start.row}:{self.start.column}"
 
     def is_fixable(self, unsafe_fixes: bool) -> bool:
         return self.fix is not None and (self.fix.applicability == SAFE or unsafe_fixes)

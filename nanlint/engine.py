@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import traceback
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
 
@@ -14,6 +14,8 @@ from .context import FileContext, Scope, comment_tokens
 from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
+from .bounds import OutOfTime, nesting_error, run_deep
+from .text import split_lines
 
 SYNTAX_ERROR = "NAN001"
 IO_ERROR = "NAN002"
@@ -21,14 +23,22 @@ IO_ERROR = "NAN002"
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*))?", re.I)
 _IGNORE = re.compile(r"#\s*nanlint:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.I)
 _SKIP_FILE = re.compile(r"#\s*nanlint:\s*skip-file\b", re.I)
+# `# nanlint: noqa` on a line of its own (ruff's `# ruff: noqa`): every finding in the file;
+# `# nanlint: noqa: NAN1, NAN205`: those codes (or prefixes) in the file.
+_FILE_NOQA = re.compile(
+    r"^#\s*nanlint:\s*noqa(?::\s*(?P<codes>[A-Za-z]+[0-9]*(?:[\s,]+[A-Za-z]+[0-9]*)*))?\s*$", re.I
+)
 
 
 @dataclass
 class LintResult:
     diagnostics: List[Diagnostic]
-    # Internal errors (a rule crashed): reported, and the exit code becomes 2.
+    # Internal errors (a rule crashed on one node): one line each on stderr; the findings
+    # of the file, and so the exit code, are unaffected.
     errors: List[str] = field(default_factory=list)
     module: Optional[cst.Module] = None
+    # Why the file was not (fully) analysed (time budget, memory), for one warning line.
+    skipped: Optional[str] = None
 
 
 def may_match(source: str) -> bool:
@@ -50,7 +60,7 @@ def _python_syntax_error(source: str) -> Optional[Tuple[int, int, str]]:
 
 
 def syntax_error(path: str, source: str, row: int, col: int, text: str) -> Diagnostic:
-    lines = source.splitlines()
+    lines = split_lines(source)
     return Diagnostic(
         path=path,
         start=Position(row, col),
@@ -112,9 +122,14 @@ class _Walker:
     through LibCST's visitor protocol, which rebuilds every node as it goes: the walk is
     read-only, so that work is pure cost (it tripled lint time on large files)."""
 
+    # Checked every this many nodes against `deadline` (a clock read per node costs 5%).
+    _CLOCK_EVERY = 512
+
     def __init__(self, ctx: FileContext, rules: Sequence[Rule], errors: List[str]):
         self.ctx = ctx
         self.errors = errors
+        self.deadline: Optional[float] = None
+        self._count = 0
         self.visits: Dict[str, List[Callable]] = {}
         self.leaves: Dict[str, List[Callable]] = {}
         for rule in rules:
@@ -128,16 +143,19 @@ class _Walker:
         for handler in handlers:
             try:
                 handler(node, self.ctx)
-            except Exception:  # a rule bug must not lose the rest of the run
+            except Exception as exc:  # a rule bug must not lose the rest of the run
                 rule = getattr(handler, "__self__", None)
-                code = getattr(rule, "code", "?")
-                tb = traceback.format_exc(limit=-3).strip().splitlines()
-                self.errors.append(
-                    f"internal error in rule {code} on {self.ctx.path}: {tb[-1]} "
-                    "(please report this at the nanlint issue tracker)"
-                )
+                try:
+                    at = self.ctx.span(node)[0]
+                except Exception:  # noqa: BLE001 - positions of a node the walk reached
+                    at = Position(1, 1)
+                self.ctx.internal_error(getattr(rule, "code", "?"), at, "matching", exc)
 
     def walk(self, node: cst.CSTNode) -> None:
+        if self.deadline is not None:
+            self._count += 1
+            if self._count % self._CLOCK_EVERY == 0 and time.monotonic() > self.deadline:
+                raise OutOfTime()
         kind = type(node)
         name = kind.__name__
         ctx = self.ctx
@@ -274,24 +292,47 @@ def lint_source(
     source: str,
     rule_classes: Sequence[Type[Rule]],
     precision: Optional[str] = None,
+    timeout: float = 0.0,
 ) -> LintResult:
     """Diagnostics for one file's text. Never raises for bad input. `precision` is the
     config's `precision` ("float16"/"bfloat16": the code is known to run in half precision
-    even where the file does not show it; None: only what the file shows counts)."""
+    even where the file does not show it; None: only what the file shows counts).
+    `timeout` (seconds, 0 = none) bounds the analysis: past it the file is reported skipped."""
+    try:
+        return run_deep(_lint, path, source, rule_classes, precision, timeout)
+    except (MemoryError, RecursionError) as exc:
+        reason = "it needs more memory than there is" if isinstance(exc, MemoryError) else \
+            "it is nested too deeply to analyse"
+        return LintResult([], skipped=reason)
+
+
+def _lint(path, source, rule_classes, precision, timeout) -> LintResult:
+    nul = source.find("\0")
+    if nul != -1:
+        # Python refuses NUL bytes anywhere; point at the first one, not at 1:1.
+        row = source.count("\n", 0, nul) + 1
+        col = nul - (source.rfind("\n", 0, nul) + 1) + 1
+        return LintResult([syntax_error(path, source, row, col, "source code cannot contain null bytes")])
+    deep = nesting_error(source)
+    if deep is not None:
+        return LintResult([syntax_error(path, source, *deep)])
     if may_match(source):
         rule_classes = [r for r in rule_classes if r.may_fire(source)]
     else:
         rule_classes = []
     if not rule_classes:
-        # Nothing can fire: skip LibCST, but still report a file that does not parse
-        # (Python's own parser is an order of magnitude faster).
+        # Nothing can fire: skip LibCST unless Python's parser (an order of magnitude
+        # faster) rejects the file; then LibCST decides (it reads newer syntax than the
+        # running Python does), and Python's message words the error.
         found = _python_syntax_error(source)
+        if found is not None and _libcst_parses(source):
+            found = None
         return LintResult([syntax_error(path, source, *found)] if found else [])
     if _SKIP_FILE.search(source) and _skip_file_comment(source):
         return LintResult([])
     try:
         module = cst.parse_module(source)
-    except Exception as exc:  # ParserSyntaxError, and RecursionError on absurd nesting
+    except Exception as exc:  # ParserSyntaxError
         # Python's own parser words and places errors better ("'(' was never closed");
         # LibCST's message stands only where Python accepts the file and LibCST does not.
         found = _python_syntax_error(source)
@@ -303,17 +344,27 @@ def lint_source(
         return LintResult([syntax_error(path, source, *found)])
     ctx = FileContext(path, source, module)
     ctx.precision = Precision(ctx, configured=precision)
-    errors: List[str] = []
     rules = [cls() for cls in rule_classes]
+    walker = _Walker(ctx, rules, ctx.errors)
+    walker.deadline = time.monotonic() + timeout if timeout else None
+    skipped = None
     try:
-        _Walker(ctx, rules, errors).walk(module)
-    except RecursionError:
-        errors.append(f"internal error on {path}: the file is nested too deeply to analyse")
+        walker.walk(module)
+    except OutOfTime:
+        skipped = f"the analysis took longer than {timeout:g} s (file-timeout)"
     diagnostics = _dedupe(ctx.diagnostics)
     if diagnostics:
         diagnostics = apply_suppressions(source, diagnostics)
     diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics, errors, module)
+    return LintResult(diagnostics, ctx.errors, module, skipped)
+
+
+def _libcst_parses(source: str) -> bool:
+    try:
+        cst.parse_module(source)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means it does not parse
+        return False
 
 
 def _dedupe(diagnostics: Iterable[Diagnostic]) -> List[Diagnostic]:
@@ -351,10 +402,31 @@ def _suppressed_codes(comment: str) -> Optional[Set[str]]:
     return codes
 
 
+def _file_noqa(source: str, comments: Dict[int, List[str]]) -> Optional[Set[str]]:
+    """The codes a file-level `# nanlint: noqa[: CODES]` suppresses (empty: all; None: none)."""
+    codes: Optional[Set[str]] = None
+    lines = source.splitlines()
+    for row, texts in comments.items():
+        for text in texts:
+            own_line = 0 < row <= len(lines) and lines[row - 1].strip() == text.strip()
+            m = _FILE_NOQA.match(text.strip()) if own_line else None
+            if m:
+                listed = m.group("codes")
+                if not listed:
+                    return set()
+                codes = (codes or set()) | {c.upper() for c in re.split(r"[\s,]+", listed) if c}
+    return codes
+
+
 def apply_suppressions(source: str, diagnostics: List[Diagnostic]) -> List[Diagnostic]:
     if "noqa" not in source and "nanlint" not in source:
         return diagnostics
     comments = _comments(source)
+    file_codes = _file_noqa(source, comments) if "nanlint" in source else None
+    if file_codes is not None:
+        diagnostics = [
+            d for d in diagnostics if file_codes and not any(d.code.startswith(c) for c in file_codes)
+        ]
     kept = []
     for d in diagnostics:
         rows = {d.start.row, d.end.row}

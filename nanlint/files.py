@@ -24,9 +24,10 @@ def discover(paths: Sequence[str], settings: Settings) -> List[Path]:
     seen = set()
     for raw in paths:
         p = Path(raw)
-        if not p.exists():
+        if not p.exists() and not p.is_symlink():
             raise ConfigError(f"path does not exist: {raw}")
-        if p.is_file():
+        if p.is_file() or p.is_symlink() and not p.is_dir():
+            # A broken or looping link named explicitly is read, and its error reported.
             if settings.force_exclude and settings.excluded(p):
                 continue
             candidates: Iterator[Path] = iter([p])
@@ -51,7 +52,7 @@ def _walk(root: Path, settings: Settings) -> Iterator[Path]:
             if not settings.excluded(d / n, below=root) and _key(d / n) not in ignored
         )
         for name in sorted(filenames):
-            if name.endswith((".py", ".pyi")):
+            if name.endswith((".py", ".pyi", ".ipynb")):
                 f = d / name
                 if not settings.excluded(f, below=root) and _key(f) not in ignored:
                     yield f
@@ -86,6 +87,7 @@ def _git_ignored(root: Path) -> Set[str]:
 class SourceFile:
     text: str
     encoding: str  # as read; written back the same way ("utf-8-sig" keeps a BOM)
+    data: bytes = b""  # the bytes read: a file changed since is not overwritten
 
 
 class SourceError(Exception):
@@ -114,7 +116,24 @@ def read_source(path: Path) -> SourceFile:
         ) from exc
     except LookupError as exc:
         raise SourceError(f"cannot decode file as {encoding}: {exc}") from exc
-    return SourceFile(text, encoding)
+    return SourceFile(text, encoding, data)
+
+
+class ChangedDuringRun(Exception):
+    """The file on disk is no longer what was read: writing would lose someone's change."""
+
+
+def write_fixed(path: Path, original: SourceFile, text: str) -> None:
+    """Write `text` over a file read as `original`: through a symbolic link to its target,
+    never recreating a file deleted meanwhile nor overwriting one changed meanwhile."""
+    target = Path(os.path.realpath(path))
+    try:
+        current = target.read_bytes()
+    except FileNotFoundError:
+        raise ChangedDuringRun("it was deleted during the run") from None
+    if current != original.data:
+        raise ChangedDuringRun("it changed on disk during the run")
+    write_atomic(target, text, original.encoding)
 
 
 def write_atomic(path: Path, text: str, encoding: str) -> None:

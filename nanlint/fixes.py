@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional, List, Sequence, Set, Tuple, Type
 
@@ -10,6 +11,7 @@ import libcst as cst
 from .diagnostics import Diagnostic, Edit, Fix
 from .engine import LintResult, lint_source
 from .rules import Rule
+from .text import line_starts, offset
 
 MAX_ROUNDS = 20
 
@@ -21,30 +23,39 @@ class FixOutcome:
     remaining: LintResult
     # Fixes dropped because the result would not parse: (diagnostic, reason).
     dropped: List[Tuple[Diagnostic, str]] = field(default_factory=list)
+    # The findings whose fixes were applied, in order (`--show-fixes`).
+    applied_diagnostics: List[Diagnostic] = field(default_factory=list)
 
 
-def _offsets(source: str) -> List[int]:
-    starts = [0]
-    for line in source.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    return starts
+_LAYOUT = re.compile(r"\s+")
+_offsets = line_starts
+_offset = offset
 
 
-def _offset(starts: List[int], source: str, edit_pos) -> int:
-    row, col = edit_pos.row, edit_pos.column
-    if row - 1 >= len(starts):
-        return len(source)
-    return min(starts[row - 1] + col - 1, len(source))
+class SpanMismatch(ValueError):
+    """An edit's span does not hold the code it was made for."""
+
+
+def _same_code(a: str, b: str) -> bool:
+    # LibCST renders a multi-line node with its own indentation, and its position excludes
+    # the node's own parentheses: compare what is neither layout nor those parentheses.
+    return _LAYOUT.sub("", a).strip("()") == _LAYOUT.sub("", b).strip("()")
 
 
 def apply_edits(source: str, edits: Sequence[Edit]) -> str:
     """Apply non-overlapping edits (identical duplicates, like one import added by two
-    fixes, count once)."""
+    fixes, count once). Raises SpanMismatch where an edit's span does not hold the code the
+    edit was made for: everything outside the spans is copied byte for byte."""
     starts = _offsets(source)
     spans = []
     seen: Set[Tuple[int, int, str]] = set()
     for e in edits:
         key = (_offset(starts, source, e.start), _offset(starts, source, e.end), e.content)
+        if e.expected is not None and not _same_code(source[key[0]:key[1]], e.expected):
+            raise SpanMismatch(
+                f"the span {e.start.row}:{e.start.column}-{e.end.row}:{e.end.column} "
+                "does not hold the code the fix was made for"
+            )
         if key not in seen:
             seen.add(key)
             spans.append(key)
@@ -76,6 +87,15 @@ def _overlaps(a: Fix, taken: List[Tuple[int, int, str]], starts, source) -> bool
     return False
 
 
+def _spans_hold(fix: Fix, starts: List[int], source: str) -> bool:
+    for e in fix.edits:
+        if e.expected is not None:
+            held = source[_offset(starts, source, e.start):_offset(starts, source, e.end)]
+            if not _same_code(held, e.expected):
+                return False
+    return True
+
+
 def parses(source: str) -> bool:
     try:
         cst.parse_module(source)
@@ -90,13 +110,19 @@ def fix_source(
     rule_classes: Sequence[Type[Rule]],
     unsafe: bool,
     precision: Optional[str] = None,
+    timeout: float = 0.0,
+    max_rounds: int = MAX_ROUNDS,
 ) -> FixOutcome:
-    """Lint, apply the fixes that do not conflict, re-lint, until a fixed point."""
+    """Lint, apply the fixes that do not conflict, re-lint, until a fixed point. A file
+    whose analysis is cut short (`result.skipped`) is not fixed: its findings may be partial."""
     applied = 0
     dropped: List[Tuple[Diagnostic, str]] = []
     rejected: Set[Tuple[str, Tuple[Edit, ...]]] = set()
-    result = lint_source(path, source, rule_classes, precision)
-    for _ in range(MAX_ROUNDS):
+    fixed_findings: List[Diagnostic] = []
+    result = lint_source(path, source, rule_classes, precision, timeout)
+    for _ in range(max_rounds):
+        if result.skipped:
+            break
         candidates = [
             d
             for d in result.diagnostics
@@ -111,6 +137,10 @@ def fix_source(
         # one is found again in the rewritten text next round.
         candidates.sort(key=lambda d: (d.start.row, d.start.column, -d.end.row, -d.end.column))
         for d in candidates:
+            if not _spans_hold(d.fix, starts, source):
+                rejected.add((d.code, d.fix.edits))
+                dropped.append((d, "its edit does not point at the code it was made for (a nanlint bug: please report it)"))
+                continue
             if _overlaps(d.fix, taken, starts, source):
                 continue
             chosen.append(d)
@@ -135,6 +165,8 @@ def fix_source(
         if not chosen or new_source == source:
             break
         applied += len(chosen)
+        fixed_findings.extend(chosen)
         source = new_source
-        result = lint_source(path, source, rule_classes, precision)
-    return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped)
+        result = lint_source(path, source, rule_classes, precision, timeout)
+    return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped,
+                      applied_diagnostics=fixed_findings)

@@ -362,9 +362,11 @@ def test_json_output_has_ruffs_keys(cli, tmp_path):
     assert [d["filename"] for d in data] == ["m.py", "n.py"]
     for d in data:
         assert set(d) == {
-            "code", "name", "message", "filename", "location", "end_location", "fix", "url", "probe"
+            "code", "name", "message", "filename", "cell", "location", "end_location", "fix",
+            "noqa_row", "url", "probe",
         }
         assert d["code"] == "NAN101" and d["name"] == "sigmoid-by-hand"
+        assert d["cell"] is None  # a cell number only in notebooks
         assert d["url"].endswith("/rules/NAN101.md")
     fixable, unfixable = data
     assert fixable["location"] == {"row": 5, "column": 12}
@@ -375,6 +377,7 @@ def test_json_output_has_ruffs_keys(cli, tmp_path):
     # The edits, applied as a consumer of the JSON would, give the fixed file.
     assert _apply(HAZARD, fix["edits"]) == HAZARD_FIXED
     assert unfixable["fix"] is None
+    assert fixable["noqa_row"] == 5 and unfixable["noqa_row"] == 6
     probe = fixable["probe"]
     assert probe["kind"] == "expression"
     assert probe["original"] == "1 / (1 + torch.exp(-z))"
@@ -416,13 +419,23 @@ def test_sarif_output_structure(cli, tmp_path):
         assert result["message"]["text"]
         (location,) = result["locations"]
         physical = location["physicalLocation"]
-        assert physical["artifactLocation"]["uri"] in ("src/bad.py", "src/m.py")
+        assert physical["artifactLocation"]["uri"] in (
+            (tmp_path / "src" / "bad.py").resolve().as_uri(), (tmp_path / "src" / "m.py").resolve().as_uri()
+        )
         region = physical["region"]
         assert region["startLine"] >= 1 and region["startColumn"] >= 1
         assert (region["endLine"], region["endColumn"]) >= (region["startLine"], region["startColumn"])
     assert results[1]["locations"][0]["physicalLocation"]["region"] == {
         "startLine": 5, "startColumn": 12, "endLine": 5, "endColumn": 35
     }
+    # The fix travels with the result: one replacement of the flagged range.
+    (fix,) = results[1]["fixes"]
+    (change,) = fix["artifactChanges"]
+    assert change["artifactLocation"]["uri"].startswith("file:///")
+    (replacement,) = change["replacements"]
+    assert replacement["deletedRegion"] == {"startLine": 5, "startColumn": 12, "endLine": 5, "endColumn": 35}
+    assert replacement["insertedContent"]["text"] == "torch.sigmoid(z)"
+    assert "fixes" not in results[0]
 
 
 def test_github_annotations(cli, tmp_path):

@@ -18,9 +18,12 @@ def _escape_property(s: str) -> str:
 def render(diagnostics: List[Diagnostic], **_) -> str:
     out = []
     for d in diagnostics:
+        # In a notebook the annotation points into the file; the message names the cell.
+        start, end = d.file_start or d.start, d.file_end or d.end
+        cell = f"cell {d.cell}:{d.start.row}:{d.start.column}: " if d.cell is not None else ""
         out.append(
-            f"::error file={_escape_property(d.path)},line={d.start.row},col={d.start.column},"
-            f"endLine={d.end.row},endColumn={d.end.column},title={_escape_property(d.code)}"
-            f"::{_escape_data(f'{d.code} {d.message}')}\n"
+            f"::error file={_escape_property(d.path)},line={start.row},col={start.column},"
+            f"endLine={end.row},endColumn={end.column},title={_escape_property(d.code)}"
+            f"::{_escape_data(f'{cell}{d.code} {d.message}')}\n"
         )
     return "".join(out)

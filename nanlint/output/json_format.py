@@ -15,9 +15,13 @@ def to_dict(d: Diagnostic) -> Dict[str, Any]:
         "name": d.name,
         "message": d.message,
         "filename": d.path,
+        # The cell (1-based, every cell counted) in a notebook, else null; rows are the cell's.
+        "cell": d.cell,
         "location": d.start.to_json(),
         "end_location": d.end.to_json(),
         "fix": d.fix.to_json() if d.fix else None,
+        # Where a `# noqa: CODE` comment suppresses it (the first line of the range).
+        "noqa_row": d.start.row,
         "url": RULES_URL.format(code=d.code),
         "probe": d.probe.to_json() if d.probe else None,
     }

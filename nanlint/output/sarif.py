@@ -27,31 +27,66 @@ def _rule(rule) -> Dict[str, Any]:
     }
 
 
+def _region(start, end) -> Dict[str, int]:
+    return {
+        "startLine": start.row,
+        "startColumn": start.column,
+        "endLine": end.row,
+        "endColumn": end.column,
+    }
+
+
+def _uri(path: str) -> str:
+    """An absolute `file://` URI (as ruff writes them; code scanning maps it into the repo)."""
+    return Path(path).resolve().as_uri()
+
+
+def _fixes(d: Diagnostic, uri: str) -> List[Dict[str, Any]]:
+    # A notebook's edits are relative to a cell, not to the file: no SARIF fix for them.
+    if d.fix is None or d.cell is not None:
+        return []
+    return [
+        {
+            "description": {"text": f"{d.fix.message} ({d.fix.applicability} fix)"},
+            "artifactChanges": [
+                {
+                    "artifactLocation": {"uri": uri},
+                    "replacements": [
+                        {"deletedRegion": _region(e.start, e.end), "insertedContent": {"text": e.content}}
+                        for e in d.fix.edits
+                    ],
+                }
+            ],
+        }
+    ]
+
+
 def render(diagnostics: List[Diagnostic], **_) -> str:
     rules = all_rules()
     index = {r.code: i for i, r in enumerate(rules)}
     results = []
     for d in diagnostics:
+        uri = _uri(d.path)
+        message = d.message if d.cell is None else f"cell {d.cell}:{d.start.row}:{d.start.column}: {d.message}"
         result: Dict[str, Any] = {
             "ruleId": d.code,
             "level": "error",
-            "message": {"text": d.message},
+            "message": {"text": message},
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": Path(d.path).as_posix()},
-                        "region": {
-                            "startLine": d.start.row,
-                            "startColumn": d.start.column,
-                            "endLine": d.end.row,
-                            "endColumn": d.end.column,
-                        },
+                        "artifactLocation": {"uri": uri},
+                        # In a notebook: the range in the .ipynb file itself.
+                        "region": _region(d.file_start or d.start, d.file_end or d.end),
                     }
                 }
             ],
         }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
+        fixes = _fixes(d, uri)
+        if fixes:
+            result["fixes"] = fixes
         results.append(result)
     log = {
         "$schema": SCHEMA,

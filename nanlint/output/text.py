@@ -1,16 +1,26 @@
-"""`path:line:col: CODE [*] message`, one line per finding (ruff's concise format)."""
+"""`path:line:col: CODE [*] message`, one line per finding (ruff's concise format); in a
+notebook `path:cell N:line:col: ...`."""
 
 from __future__ import annotations
 
 from typing import List
 
+import click
+
 from ..diagnostics import Diagnostic
 
 
-def line(d: Diagnostic, unsafe_fixes: bool) -> str:
-    mark = " [*]" if d.is_fixable(unsafe_fixes) else ""
-    return f"{d.path}:{d.start.row}:{d.start.column}: {d.code}{mark} {d.message}"
+def line(d: Diagnostic, unsafe_fixes: bool, color: bool = False) -> str:
+    fixable = d.is_fixable(unsafe_fixes)
+    if not color:
+        mark = " [*]" if fixable else ""
+        return f"{d.where()}: {d.code}{mark} {d.message}"
+    mark = " " + click.style("[*]", fg="cyan") if fixable else ""
+    return (
+        f"{click.style(d.where(), bold=True)}: {click.style(d.code, fg='red', bold=True)}"
+        f"{mark} {d.message}"
+    )
 
 
-def render(diagnostics: List[Diagnostic], unsafe_fixes: bool = False, **_) -> str:
-    return "".join(line(d, unsafe_fixes) + "\n" for d in diagnostics)
+def render(diagnostics: List[Diagnostic], unsafe_fixes: bool = False, color: bool = False, **_) -> str:
+    return "".join(line(d, unsafe_fixes, color) + "\n" for d in diagnostics)

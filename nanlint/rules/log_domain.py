@@ -159,11 +159,6 @@ def _key(ctx: FileContext, node: cst.BaseExpression, env: Env) -> str:
     return re.sub(r"\s+", "", node_code(ctx.canonical(strip_parens(node), env)))
 
 
-def _offset(ctx: FileContext, pos: Position) -> int:
-    lines = ctx.lines()
-    return sum(len(line) for line in lines[: pos.row - 1]) + pos.column - 1
-
-
 def _drop_comma(text: str) -> str:
     """`text` without its first comma outside a comment (a trailing argument comma)."""
     in_comment = False
@@ -192,8 +187,8 @@ def _edit(ctx: FileContext, node: cst.BaseExpression, text: str) -> Edit:
         source = ctx.source
         func_end = ctx.span(node.func)[1]
         arg_start, arg_end = ctx.span(node.args[0].value)
-        head = source[_offset(ctx, func_end): _offset(ctx, arg_start)]
-        tail = source[_offset(ctx, arg_end): _offset(ctx, end)]
+        head = source[ctx.offset(func_end): ctx.offset(arg_start)]
+        tail = source[ctx.offset(arg_end): ctx.offset(end)]
         if "#" in head or "#" in tail:
             head = head[head.index("(") + 1:]
             return ctx.replace(node, f"({head}{text}{_drop_comma(tail)}")
@@ -230,7 +225,7 @@ def _src(ctx: FileContext, node: cst.CSTNode) -> str:
     """The source text of a node of the file, exactly as written (continuation lines keep
     their indentation; the node's own enclosing parentheses are not included)."""
     start, end = ctx.span(node)
-    text = ctx.source[_offset(ctx, start): _offset(ctx, end)]
+    text = ctx.source[ctx.offset(start): ctx.offset(end)]
     if isinstance(node, (cst.Tuple, cst.GeneratorExp)) and node.lpar:
         return f"({text})"  # these parentheses are part of the value: `dim=(1, 2)`
     return text
@@ -246,7 +241,7 @@ def _renamed_attribute(ctx: FileContext, func: cst.Attribute, new_name: str) -> 
     """`th.log` -> `th.log1p`, `(a + b).exp` -> `(a + b).expm1`, as written up to the name."""
     start, _ = ctx.span(func)
     attr_start, _ = ctx.span(func.attr)
-    return ctx.source[_offset(ctx, start): _offset(ctx, attr_start)] + new_name
+    return ctx.source[ctx.offset(start): ctx.offset(attr_start)] + new_name
 
 
 def _renamed_call(ctx: FileContext, op: Op, new_name: str) -> Tuple[str, Tuple[Edit, ...]]:
@@ -263,7 +258,7 @@ def _renamed_call(ctx: FileContext, op: Op, new_name: str) -> Tuple[str, Tuple[E
         spelled, imports = ctx.spell(qualname.rsplit(".", 1)[0] + "." + new_name)
     _, func_end = ctx.span(func)
     _, call_end = ctx.span(op.node)  # (the span of a node never includes its own parentheses)
-    return spelled + ctx.source[_offset(ctx, func_end): _offset(ctx, call_end)], imports
+    return spelled + ctx.source[ctx.offset(func_end): ctx.offset(call_end)], imports
 
 
 def _renamed_canonical(call: cst.BaseExpression, new_name: str) -> cst.BaseExpression:

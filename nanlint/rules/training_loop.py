@@ -679,9 +679,10 @@ between them. When the step is `scaler.step(optimizer)`, the moved clip then nee
         # there, and nothing there may read what the clip assigns.
         block_start, _ = ctx.span(step_line)
         clip_start, clip_end = ctx.span(clip_line)
-        parent = self._block_statements(step_line, ctx)
-        if parent is None:
+        parent = ctx.block_of(step_line)
+        if parent is None or not any(s is clip_line for s in parent):
             return ()
+        parent = list(parent)
         i, j = parent.index(step_line), parent.index(clip_line)
         between = list(parent[i:j])
         assigned: Set[str] = set()
@@ -713,23 +714,6 @@ between them. When the step is `scaler.step(optimizer)`, the moved clip then nee
         end = Position(end_row, 1) if trailing_newline else Position(last, len(lines[last - 1]) + 1)
         return (Edit(Position(step_first, 1), end, text),)
 
-    @staticmethod
-    def _block_statements(line: cst.SimpleStatementLine, ctx: FileContext):
-        for node in _blocks(ctx.module):
-            if any(s is line for s in node):
-                return list(node)
-        return None
-
-
-def _blocks(module: cst.Module):
-    """Every statement sequence in the module (module body and indented blocks)."""
-    yield module.body
-    stack: List[cst.CSTNode] = [module]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, cst.IndentedBlock):
-            yield n.body
-        stack.extend(n.children)
 
 
 class ClipWithoutUnscale(Rule):

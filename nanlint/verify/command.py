@@ -11,6 +11,7 @@ refused one ("not-verifiable", e.g. over the per-finding budget) do not change t
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -53,6 +54,12 @@ def verify_command(
     forward and backward, against a float64 reference. Only the extracted expressions are
     evaluated (whitelisted torch operations); the linted code is never imported or run.
     """
+    if report_path is not None:
+        # Fail now, not after minutes of verifying, when the report cannot be written there.
+        folder = os.path.dirname(os.path.abspath(report_path))
+        if not os.path.isdir(folder):
+            click.echo(f"nanlint: error: cannot write {report_path}: folder {folder} does not exist", err=True)
+            sys.exit(2)
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -171,8 +171,17 @@ def parse_findings(text: str, source: str = "findings") -> List[Diagnostic]:
             message=item["message"],
             fix=_fix(item.get("fix"), where),
             probe=_probe_or_refusal(item.get("probe"), where),
+            cell=_cell(item.get("cell"), where),
         ))
     return out
+
+
+def _cell(raw: Any, where: str) -> Optional[int]:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise FindingsError(f"{where}: `cell` must be a positive integer or null")
+    return raw
 
 
 def _probe_or_refusal(raw: Any, where: str) -> Optional[Probe]:
@@ -226,7 +235,7 @@ def lint_findings(paths: Sequence[str], settings: Settings) -> Findings:
     from ..runner import run
 
     result = run(paths, settings)
-    return Findings(result.diagnostics, result.errors)
+    return Findings(result.diagnostics, result.errors + result.internal_errors)
 
 
 MAX_SOURCE_BYTES = 8 * 1024 * 1024
@@ -248,19 +257,27 @@ def under_roots(path: str, roots: Sequence[str]) -> bool:
 
 
 def source_lines(d: Diagnostic, roots: Sequence[str] = ()) -> Optional[Dict[str, str]]:
-    """The finding's lines before and after its fix, when the file lies under one of `roots`
-    (the paths the user linted) and can be read. A findings file may name any path: a
-    report never quotes a file outside what the user asked to lint."""
+    """The finding's lines before and after its fix (in a notebook, the finding's cell), when
+    the file lies under one of `roots` (the paths the user linted) and can be read. A findings
+    file may name any path: a report never quotes a file outside what the user asked to lint."""
     if not roots or not under_roots(d.path, roots):
         return None
-    try:
-        with open(d.path, "rb") as fh:
-            data = fh.read(MAX_SOURCE_BYTES + 1)
-        if len(data) > MAX_SOURCE_BYTES:
+    if d.cell is not None:
+        from ..notebooks import cell_text
+
+        text = cell_text(d.path, d.cell)
+        if text is None:
             return None
-        lines = data.decode("utf-8").splitlines(keepends=True)
-    except (OSError, UnicodeDecodeError):
-        return None
+        lines = text.splitlines(keepends=True)
+    else:
+        try:
+            with open(d.path, "rb") as fh:
+                data = fh.read(MAX_SOURCE_BYTES + 1)
+            if len(data) > MAX_SOURCE_BYTES:
+                return None
+            lines = data.decode("utf-8").splitlines(keepends=True)
+        except (OSError, UnicodeDecodeError):
+            return None
     first, last = d.start.row, d.end.row
     if first < 1 or last > len(lines):
         return None

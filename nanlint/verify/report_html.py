@@ -87,7 +87,7 @@ def render_html(outcome: Outcome) -> str:
     parts.append('<div class="card"><nav><b>Findings</b><ol>')
     for i, r in enumerate(outcome.results):
         d = r.diagnostic
-        parts.append(f'<li><a href="#f{i}">{_e(d.path)}:{d.start.row}:{d.start.column} {_e(d.code)}</a> '
+        parts.append(f'<li><a href="#f{i}">{_e(d.where())} {_e(d.code)}</a> '
                      f"{_badge(r.verification.verdict)}</li>")
     parts.append("</ol></nav></div>")
     for i, r in enumerate(outcome.results):
@@ -95,7 +95,7 @@ def render_html(outcome: Outcome) -> str:
     if outcome.unprobed:
         parts.append('<div class="card"><b>Findings without a probe (not verified)</b><ul>')
         for d in outcome.unprobed:
-            parts.append(f"<li>{_e(d.path)}:{d.start.row}:{d.start.column} {_e(d.code)} {_e(d.message)}</li>")
+            parts.append(f"<li>{_e(d.where())} {_e(d.code)} {_e(d.message)}</li>")
         parts.append("</ul></div>")
     parts.append("</main></body></html>\n")
     return "".join(parts)
@@ -104,7 +104,7 @@ def render_html(outcome: Outcome) -> str:
 def _finding(i: int, r: Verified, plots: bool, roots: List[str]) -> str:
     d, v = r.diagnostic, r.verification
     out = [f'<section class="card" id="f{i}">']
-    out.append(f"<h2>{_e(d.path)}:{d.start.row}:{d.start.column} "
+    out.append(f"<h2>{_e(d.where())} "
                f'<a href="{_e(RULES_URL.format(code=d.code))}">{_e(d.code)}</a> {_e(d.name)} {_badge(v.verdict)}</h2>')
     out.append(f"<div>{_e(d.message)}</div>")
     if v.witness is not None:

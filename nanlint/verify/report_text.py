@@ -42,7 +42,7 @@ def render_text(outcome: Outcome) -> str:
     for r in outcome.results:
         d = r.diagnostic
         # Names and codes may come from a findings file: never let them drive the terminal.
-        lines.append(printable_line(f"{d.path}:{d.start.row}:{d.start.column}: {d.code} {r.verification.line()}"))
+        lines.append(printable_line(f"{d.where()}: {d.code} {r.verification.line()}"))
     lines.append(summary(outcome))
     return "\n".join(lines) + "\n"
 

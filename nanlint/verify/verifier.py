@@ -101,8 +101,7 @@ def verify_all(
         try:
             v = verify_one(d, device, want_sweep)
         except Exception as exc:  # noqa: BLE001 - one finding must not stop the run
-            msg = printable_line(f"verifying {d.code} at {d.path}:{d.start.row}:{d.start.column} crashed: "
-                                 f"{type(exc).__name__}: {exc}")
+            msg = printable_line(f"verifying {d.code} at {d.where()} crashed: {type(exc).__name__}: {exc}")
             out.errors.append(msg)
             v = not_verifiable(f"internal error: {type(exc).__name__}: {exc}", device)
         out.results.append(Verified(d, v))

@@ -1,0 +1,72 @@
+"""What the language server offers, computed without pygls: findings for a document's text,
+and the text edits of a fix, of "fix all safe" and of "ignore CODE on this line".
+
+Positions here are nanlint's (1-based rows and columns, in characters); lsp.py converts them
+into the client's units."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from ..config import ConfigError, Settings, load_settings, select_rules
+from ..diagnostics import Diagnostic, Edit, Position
+from ..engine import lint_source
+from ..fixes import fix_source
+
+LINTED_SUFFIXES = (".py", ".pyi")
+
+
+@dataclass
+class Linted:
+    diagnostics: List[Diagnostic]
+    # A config that could not be read: reported once to the user, the defaults used meanwhile.
+    config_error: Optional[str] = None
+    rules: Tuple = ()
+    precision: Optional[str] = None
+
+
+def settings_for(path: Path) -> Tuple[Settings, Optional[str]]:
+    """The settings of the nearest pyproject.toml with a [tool.nanlint] table above `path`."""
+    try:
+        return load_settings(start=path.parent), None
+    except ConfigError as exc:
+        return Settings(), str(exc)
+
+
+def lint_document(path: Path, text: str) -> Linted:
+    settings, error = settings_for(path)
+    rules = tuple(settings.rules_for(path, select_rules(settings)))
+    result = lint_source(path.name, text, rules, settings.precision)
+    return Linted(result.diagnostics, error, rules, settings.precision)
+
+
+def fix_all_safe(path: Path, text: str, linted: Linted) -> Optional[str]:
+    """The document with every safe fix applied (None when nothing changes)."""
+    outcome = fix_source(path.name, text, linted.rules, unsafe=False, precision=linted.precision)
+    return outcome.source if outcome.source != text else None
+
+
+_NOQA = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Za-z]+[0-9]+(?:\s*,\s*[A-Za-z]+[0-9]+)*)\s*$", re.I)
+
+
+def ignore_edit(text: str, d: Diagnostic) -> Optional[Edit]:
+    """`# noqa: CODE` at the end of the finding's first line (where suppression looks), or
+    the code added to the `# noqa: ...` already there. None where a comment cannot go (a
+    line continued with a backslash)."""
+    lines = text.splitlines()
+    if not 0 < d.start.row <= len(lines):
+        return None
+    line = lines[d.start.row - 1]
+    body = line.rstrip()
+    if body.endswith("\\"):
+        return None
+    end = Position(d.start.row, len(line) + 1)
+    existing = _NOQA.search(body)
+    if existing:
+        return Edit(Position(d.start.row, existing.end("codes") + 1), Position(d.start.row, existing.end("codes") + 1), f", {d.code}")
+    if re.search(r"#\s*noqa\s*$", body):
+        return None  # already suppresses every code
+    return Edit(Position(d.start.row, len(body) + 1), end, f"  # noqa: {d.code}")

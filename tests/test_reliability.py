@@ -1,0 +1,325 @@
+"""Issue 11's hostile and odd inputs: no fix corrupts a file, no rule's error loses a finding
+or flips the exit code, no input ends the run, and configuration cannot silently disable the gate.
+
+Each test states the case as a user or an attacker met it; every one failed before the change."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nanlint.cli import main
+from nanlint.diagnostics import Edit, Position
+from nanlint.engine import lint_source
+from nanlint.fixes import SpanMismatch, apply_edits, fix_source
+from nanlint.rules import Rule, all_rules, get_rule
+
+LOG_SOFTMAX = "def f(x):\n    return torch.log(torch.softmax(x, -1))\n"
+LOG_SOFTMAX_FIXED = "def f(x):\n    return torch.log_softmax(x, -1)\n"
+
+# Characters str.splitlines() breaks at but Python (and LibCST) do not.
+ODD = ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        out, err = capsys.readouterr()
+        return Result(exc.value.code or 0, out, err)
+
+    return run
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8", newline="")
+    return path
+
+
+# --- 1. silent corruption ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("char", ODD, ids=[f"U+{ord(c):04X}" for c in ODD])
+def test_fix_is_exact_below_a_character_splitlines_breaks_at(cli, tmp_path, char):
+    head = f"import torch\ns = \"ab{char}cd\"  # note{char}more\n"
+    path = write(tmp_path / "m.py", head + LOG_SOFTMAX)
+    assert cli("--fix", "m.py").code == 0
+    assert path.read_bytes().decode("utf-8") == head + LOG_SOFTMAX_FIXED
+    assert cli("--fix", "m.py").code == 0  # a fixed point: nothing left to change
+    assert path.read_bytes().decode("utf-8") == head + LOG_SOFTMAX_FIXED
+
+
+@pytest.mark.parametrize("code, line, fixed", [
+    ("NAN103", "torch.log(  # the gate\n        torch.sigmoid(z))", "(  # the gate\n        F.logsigmoid(z))"),
+    ("NAN104", "torch.log(  # soft\n        1 + torch.exp(z))", "(  # soft\n        F.softplus(z))"),
+])
+def test_comment_keeping_fixes_count_lines_as_python_does(code, line, fixed):
+    # These fixes slice the text around the call's parentheses: with str.splitlines
+    # offsets they raised "substring not found" below a U+2028.
+    body = "s = \"a\u2028b\"\n"
+    source = "import torch\n" + body + f"def f(z):\n    return {line}\n"
+    outcome = fix_source("m.py", source, [get_rule(code)], unsafe=False)
+    assert outcome.dropped == []
+    assert outcome.source == (
+        "import torch\nimport torch.nn.functional as F\n" + body + f"def f(z):\n    return {fixed}\n"
+    )
+
+
+def test_an_edit_whose_span_holds_other_code_is_refused():
+    source = "import torch\ny = torch.log(torch.softmax(x, -1))\n"
+    wrong = Edit(Position(2, 5), Position(2, 37), "torch.log_softmax(x, -1)", expected="torch.log(q)")
+    with pytest.raises(SpanMismatch):
+        apply_edits(source, [wrong])
+
+
+class _MisplacedFix(Rule):
+    code = "NAN999"
+    name = "misplaced-fix"
+    message = "test rule whose fix points one column off"
+    fix_applicability = "safe"
+
+    def visit_Call(self, node, ctx):
+        if ctx.qualname(node.func) == "torch.log":
+            start, end = ctx.span(node)
+            shifted = Edit(Position(start.row, start.column + 1), Position(end.row, end.column + 1),
+                           "torch.zeros(())", expected=ctx.code(node))
+            ctx.report(self, node, edits=(shifted,))
+
+
+def test_fix_source_drops_a_fix_that_points_at_other_code():
+    source = "import torch\ny = torch.log(p) + 1\n"
+    outcome = fix_source("m.py", source, [_MisplacedFix], unsafe=False)
+    assert outcome.source == source
+    assert [reason for _, reason in outcome.dropped] == [
+        "its edit does not point at the code it was made for (a nanlint bug: please report it)"
+    ]
+
+
+# --- 2. a rule's error loses nothing ----------------------------------------------------------
+
+HAND_BCE = (
+    "import torch\n"
+    "p = torch.rand(())\n"
+    "y = torch.ones(())\n"
+    "loss = -(y * torch.log(p) + (1 - y) * torch.log(1 - p))\n"
+)
+
+
+def test_hand_bce_after_a_zero_dim_tensor_is_reported_and_exit_follows_findings(cli, tmp_path):
+    write(tmp_path / "m.py", HAND_BCE)
+    result = cli("m.py")
+    assert "m.py:4:8: NAN301 " in result.out
+    assert result.code == 1
+    assert "internal error" not in result.err
+    assert cli("--exit-zero", "m.py").code == 0
+
+
+class _Crashes(Rule):
+    code = "NAN998"
+    name = "crashes"
+    message = "test rule that raises while matching"
+
+    def visit_Call(self, node, ctx):
+        if ctx.qualname(node.func) == "torch.exp":
+            raise ZeroDivisionError("boom")
+
+
+class _FixBuilderCrashes(Rule):
+    code = "NAN997"
+    name = "fix-builder-crashes"
+    message = "test rule whose fix builder raises"
+    fix_applicability = "safe"
+
+    def visit_Call(self, node, ctx):
+        if ctx.qualname(node.func) == "torch.log":
+            ctx.report(self, node, edits=lambda: [][0], probe=lambda: 1 / 0)
+
+
+@pytest.fixture
+def crashing_rules(monkeypatch):
+    from nanlint.rules import _REGISTRY
+
+    all_rules()
+    for cls in (_Crashes, _FixBuilderCrashes):
+        monkeypatch.setitem(_REGISTRY, cls.code, cls)
+
+
+def test_a_rule_that_raises_costs_only_its_own_finding(cli, tmp_path, crashing_rules):
+    write(tmp_path / "m.py", "import torch\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n")
+    result = cli("--extend-select", "NAN998", "m.py")
+    assert "m.py:3:12: NAN101 " in result.out  # the other rule's finding stands
+    (line,) = [l for l in result.err.splitlines() if "internal error" in l]
+    assert line.startswith("nanlint: error: internal error in NAN998 at m.py:3:21 while matching: ZeroDivisionError: boom")
+    assert result.code == 1
+    assert cli("--extend-select", "NAN998", "--exit-zero", "m.py").code == 0
+
+
+def test_a_fix_builder_that_raises_keeps_the_finding_without_its_fix():
+    result = lint_source("m.py", "import torch\ny = torch.log(p)\n", [_FixBuilderCrashes])
+    (d,) = result.diagnostics
+    assert (d.code, d.fix, d.probe) == ("NAN997", None, None)
+    assert len(result.errors) == 2
+    assert "while building its fix: IndexError" in result.errors[0]
+    assert "while building its probe: ZeroDivisionError" in result.errors[1]
+
+
+def test_hazard_inside_a_5000_term_operator_chain_is_found():
+    terms = " + ".join(["a"] * 2500)
+    source = f"import torch\ndef f(a, x):\n    return {terms} + torch.log(torch.softmax(x, -1)) + {terms}\n"
+    result = lint_source("m.py", source, all_rules())
+    assert result.errors == [] and result.skipped is None
+    assert [d.code for d in result.diagnostics] == ["NAN102"]
+
+
+# --- 3. inputs that ended the whole run -------------------------------------------------------
+
+@pytest.mark.parametrize("opening, closing", [("(", ")"), ("f(", ")"), ("[", "]")])
+def test_brackets_nested_1500_deep_are_a_syntax_error_not_a_crash(tmp_path, opening, closing):
+    write(tmp_path / "deep.py", "import torch\nx = " + opening * 1500 + "1" + closing * 1500 + "\n")
+    write(tmp_path / "good.py", "import torch\n" + LOG_SOFTMAX)
+    # A subprocess: LibCST's parser overflowing its stack kills the process (SIGSEGV).
+    proc = subprocess.run([sys.executable, "-m", "nanlint", "deep.py", "good.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "deep.py:2:" in proc.stdout and "NAN001 SyntaxError: too many nested parentheses" in proc.stdout
+    assert "good.py:3:12: NAN102" in proc.stdout
+
+
+def test_symlink_loops_are_reported_and_the_run_goes_on(cli, tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    write(pkg / "good.py", "import torch\n" + LOG_SOFTMAX)
+    (pkg / "a.py").symlink_to("b.py")
+    (pkg / "b.py").symlink_to("a.py")
+    (pkg / "again").symlink_to("..")
+    for args in (["pkg"], ["pkg/a.py", "pkg/good.py"]):
+        result = cli(*args)
+        assert "Traceback" not in result.err
+        assert "pkg/good.py:3:12: NAN102" in result.out
+        assert "pkg/a.py:1:1: NAN002 cannot read file: Too many levels of symbolic links" in result.out
+        assert result.code == 1
+
+
+def test_files_over_max_file_size_are_skipped_with_one_line(cli, tmp_path):
+    write(tmp_path / "big.py", "import torch\n" + LOG_SOFTMAX + "# padding\n" * 200)
+    write(tmp_path / "small.py", "import torch\n" + LOG_SOFTMAX)
+    result = cli("--max-file-size", "1KB", ".")
+    assert "small.py:3:12: NAN102" in result.out and "big.py" not in result.out
+    assert "nanlint: warning: big.py: skipped: 2.0 KB is over max-file-size (1.0 KB)" in result.err
+    write(tmp_path / "pyproject.toml", '[tool.nanlint]\nmax-file-size = "2MB"\n')
+    assert "big.py:3:12: NAN102" in cli(".").out
+
+
+def test_a_file_past_its_time_budget_is_skipped_and_the_run_goes_on(cli, tmp_path):
+    slow = "import torch\n" + "".join(f"v{i} = torch.exp(w{i}) * {i}\n" for i in range(300))
+    write(tmp_path / "slow.py", slow + LOG_SOFTMAX)
+    write(tmp_path / "quick.py", "import torch\n" + LOG_SOFTMAX)
+    result = lint_source("slow.py", slow + LOG_SOFTMAX, all_rules(), timeout=1e-9)
+    assert result.skipped == "the analysis took longer than 1e-09 s (file-timeout)"
+    out = cli("--file-timeout", "0.000000001", ".")
+    assert "nanlint: warning: slow.py: skipped: the analysis took longer than 1e-09 s (file-timeout)" in out.err
+
+
+# --- 4. newer syntax --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("head", ["", "import torch\n"])
+def test_python_312_syntax_is_not_a_syntax_error(cli, tmp_path, head):
+    write(tmp_path / "m.py", head + "def first[T](xs: list[T]) -> T:\n    return xs[0]\n\ntype Vec = list[float]\n")
+    result = cli("m.py")
+    assert result.code == 0 and "NAN001" not in result.out
+
+
+def test_nul_byte_error_points_at_the_byte(cli, tmp_path):
+    write(tmp_path / "m.py", "import torch\nx = 1\ny = 'a\0b'\n")
+    assert "m.py:3:7: NAN001 SyntaxError: source code cannot contain null bytes" in cli("m.py").out
+
+
+# --- 5. configuration that would disable the gate ---------------------------------------------
+
+@pytest.mark.parametrize("args, words", [
+    (["--select", ""], "--select: empty rule selector"),
+    (["--select", "NAN101,"], "--select: empty rule selector"),
+    (["--ignore", " "], "--ignore: empty rule selector"),
+])
+def test_empty_selectors_on_the_command_line_exit_2(cli, tmp_path, args, words):
+    write(tmp_path / "m.py", "import torch\n" + LOG_SOFTMAX)
+    result = cli(*args, "m.py")
+    assert result.code == 2 and words in result.err
+
+
+@pytest.mark.parametrize("table, words", [
+    ('select = [""]', "empty rule selector"),
+    ('extend-select = ["NAN1", ""]', "empty rule selector"),
+    ('[tool.nanlint.per-file-ignores]\n"[" = ["NAN102"]', "invalid glob '[': '[' is never closed"),
+    ('[tool.nanlint.per-file-ignores]\n"[z-a].py" = ["NAN102"]', "invalid glob '[z-a].py': the range z-a is reversed"),
+    ('exclude = ["src/[a"]', "invalid glob 'src/[a'"),
+    ('max-file-size = "lots"', "`max-file-size`: must be a size"),
+    ('file-timeout = -1', "`file-timeout`: must be a number of seconds"),
+])
+def test_config_that_would_disable_the_gate_exits_2_naming_the_key(cli, tmp_path, table, words):
+    if not table.startswith("["):
+        table = "[tool.nanlint]\n" + table
+    write(tmp_path / "pyproject.toml", table + "\n")
+    write(tmp_path / "m.py", "import torch\n" + LOG_SOFTMAX)
+    result = cli("m.py")
+    assert result.code == 2, result.out
+    assert words in result.err and "\n" not in result.err.strip()
+
+
+# --- 7. writing fixed files -------------------------------------------------------------------
+
+def test_fix_writes_through_a_symlink_to_its_target(cli, tmp_path):
+    real = write(tmp_path / "real.py", "import torch\n" + LOG_SOFTMAX)
+    link = tmp_path / "link.py"
+    link.symlink_to("real.py")
+    assert cli("--fix", "link.py").code == 0
+    assert link.is_symlink()
+    assert real.read_text() == "import torch\n" + LOG_SOFTMAX_FIXED
+
+
+@pytest.mark.parametrize("meanwhile, words", [
+    (lambda p: p.unlink(), "it was deleted during the run"),
+    (lambda p: p.write_text("import torch\nx = 2\n"), "it changed on disk during the run"),
+])
+def test_fix_never_recreates_or_overwrites_a_file_touched_during_the_run(cli, tmp_path, monkeypatch, meanwhile, words):
+    import nanlint.runner as runner
+
+    path = write(tmp_path / "m.py", "import torch\n" + LOG_SOFTMAX)
+    real_fix_source = runner.fix_source
+
+    def fix_then_touch(*args, **kwargs):
+        outcome = real_fix_source(*args, **kwargs)
+        meanwhile(path)
+        return outcome
+
+    monkeypatch.setattr(runner, "fix_source", fix_then_touch)
+    result = cli("--fix", "m.py")
+    assert f"nanlint: warning: m.py: not fixed: {words}" in result.err
+    assert result.code == 1
+    if words.startswith("it was deleted"):
+        assert not path.exists()
+    else:
+        assert path.read_text() == "import torch\nx = 2\n"
+
+
+@pytest.mark.parametrize("ending", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_noqa_holds_whatever_the_line_endings_and_odd_characters_above(cli, tmp_path, ending):
+    lines = ["import torch", 's = "a\u2028b\x85c"', "y = torch.log(torch.softmax(x, -1))  # noqa: NAN102",
+             "z = torch.log(torch.softmax(x, -1))", ""]
+    write(tmp_path / "m.py", ending.join(lines))
+    result = cli("m.py")
+    assert [l.split(" ")[0] for l in result.out.splitlines() if "NAN102" in l] == ["m.py:4:5:"]
