@@ -8,6 +8,9 @@ Runs `python -m nanlint verify fixtures/ --select ALL --output-format json` in a
 The goal is at most 0.5 s per finding on the CPU, startup included.
 
     .venv/bin/python benchmarks/bench_verify.py [--device cpu|cuda|auto] [--repeat N] [PATHS...]
+    .venv/bin/python benchmarks/bench_verify.py --from findings.json   # e.g. a corpus's default findings
+
+It also prints the process's peak resident memory and the slowest finding.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 GOAL_SECONDS = 0.5
 
 
-def run_once(paths, device):
+def run_once(paths, device, from_file=None):
     cmd = [sys.executable, "-m", "nanlint", "verify", *paths, "--select", "ALL",
            "--output-format", "json", "--device", device, "--exit-zero"]
+    if from_file is not None:
+        cmd += ["--from", os.path.abspath(from_file)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -44,9 +49,14 @@ def main() -> None:
     parser.add_argument("paths", nargs="*", default=["fixtures"])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     parser.add_argument("--repeat", type=int, default=1, help="runs; the fastest wall time is reported")
+    parser.add_argument("--from", dest="from_file", help="verify this findings file instead of linting PATHS")
     args = parser.parse_args()
+    paths = [] if args.from_file and args.paths == ["fixtures"] else args.paths
 
-    runs = [run_once(args.paths, args.device) for _ in range(max(1, args.repeat))]
+    runs = [run_once(paths, args.device, args.from_file) for _ in range(max(1, args.repeat))]
+    import resource
+
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     wall, data = min(runs, key=lambda r: r[0])
     findings = data["findings"]
     if not findings:
@@ -59,7 +69,7 @@ def main() -> None:
         per_code[f["code"]].append(f["verification"]["seconds"])
     startup = wall - sum(times)
 
-    print(f"nanlint verify {' '.join(args.paths)} on {data['device']} (torch {data['torch']}), "
+    print(f"nanlint verify {' '.join(paths) or args.from_file} on {data['device']} (torch {data['torch']}), "
           f"{n} findings, best of {len(runs)} run(s)")
     print(f"  per finding (verifier's own clock): median {statistics.median(times):.3f} s, "
           f"p90 {p90:.3f} s, max {times[-1]:.3f} s")
@@ -69,6 +79,10 @@ def main() -> None:
     verdict = "meets" if amortised <= GOAL_SECONDS else "misses"
     print(f"  per finding, startup amortised: {amortised:.3f} s ({verdict} the {GOAL_SECONDS} s goal)")
     print(f"  verdicts: {data['summary']}")
+    print(f"  peak resident memory of the verify process: {peak_mb:.0f} MB")
+    slow = max(findings, key=lambda f: f["verification"]["seconds"])
+    print(f"  slowest: {slow['filename']}:{slow['location']['row']} {slow['code']} "
+          f"{slow['verification']['seconds']:.2f} s ({slow['verification']['verdict']})")
     print("  per rule (findings, median s, max s):")
     for code in sorted(per_code):
         ts = per_code[code]

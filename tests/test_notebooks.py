@@ -226,15 +226,17 @@ def test_verify_works_on_notebook_findings(work, capsys):
     pytest.importorskip("torch")
     code, out, err = run(capsys, "verify", "--device", "cpu", "hazards.ipynb")
     lines = out.splitlines()
-    assert lines[0].startswith("hazards.ipynb:cell 4:2:8: NAN101 confirmed:")
-    assert lines[1].startswith("hazards.ipynb:cell 7:2:12: NAN102 confirmed:")
-    assert code == 1
+    # The cells' inputs are bare names the analysis proves nothing about: "possible" (issue 9),
+    # which does not set the exit code.
+    assert lines[0].startswith("hazards.ipynb:cell 4:2:8: NAN101 possible:")
+    assert lines[1].startswith("hazards.ipynb:cell 7:2:12: NAN102 possible:")
+    assert code == 0
     # And from the JSON of an earlier check: the cell comes back with the finding.
     _, findings, _ = run(capsys, "--output-format", "json", "--exit-zero", "hazards.ipynb")
     (work / "findings.json").write_text(findings)
     code, out, err = run(capsys, "verify", "--device", "cpu", "--from", "findings.json", "--output-format", "json")
     data = json.loads(out)
-    assert [(f["cell"], f["verification"]["verdict"]) for f in data["findings"]] == [(4, "confirmed"), (7, "confirmed")]
+    assert [(f["cell"], f["verification"]["verdict"]) for f in data["findings"]] == [(4, "possible"), (7, "possible")]
 
 
 def test_stdin_notebook(tmp_path):

@@ -45,12 +45,15 @@ def project(tmp_path, monkeypatch):
 
 
 def test_text_output_one_line_per_finding_and_a_summary(project, capsys):
+    # The hazard's x and y are bare parameters (nothing proven about them): "possible",
+    # which does not set the exit code; test_verify_domains.py has the confirmed case.
     code, out, err = run(["verify", "model.py"], capsys)
-    assert code == 1
+    assert code == 0
     lines = out.strip().splitlines()
-    assert lines[0].startswith("model.py:10:16: NAN101 confirmed: NaN gradient w.r.t. ")
+    assert lines[0].startswith("model.py:10:16: NAN101 possible: NaN gradient w.r.t. ")
     assert "in float16 on cpu" in lines[0] and "self.k=50" in lines[0]
-    assert re.match(r"^Verified \d+ findings? on cpu \(torch .*\) in [\d.]+ s: \d+ confirmed, 0 not reproduced, 0 fix failed\.$",
+    assert re.match(r"^Verified \d+ findings? on cpu \(torch .*\) in [\d.]+ s: 0 confirmed, \d+ possible \(found only "
+                    r"with inputs the analysis could not bound\), 0 not reproduced, 0 fix failed\.$",
                     lines[-1]), lines[-1]
     assert len(lines) == 1 + sum(1 for line in lines if re.match(r"^model\.py:\d+:\d+: NAN\d{3} ", line))
 
@@ -63,14 +66,14 @@ def test_clean_code_exits_0(project, capsys):
 
 def test_json_output_has_everything(project, capsys):
     code, out, _ = run(["verify", "model.py", "--output-format", "json"], capsys)
-    assert code == 1
+    assert code == 0
     data = json.loads(out)
     assert data["device"] == "cpu" and data["torch"]
-    assert data["summary"]["confirmed"] == len(data["findings"]) >= 1
+    assert data["summary"]["possible"] == len(data["findings"]) >= 1
     first = data["findings"][0]
     assert first["code"] == "NAN101" and first["probe"]["kind"] == "expression"
     ver = first["verification"]
-    assert ver["verdict"] == "confirmed"
+    assert ver["verdict"] == "possible"
     assert ver["witness"]["dtype"] == "float16" and ver["witness"]["where"] == "gradient"
     assert ver["witness"]["inputs"]["self.k"] == 50.0
     assert len(ver["contexts"]) == 7 and ver["ranges"]
@@ -82,7 +85,7 @@ def test_from_json_round_trip_gives_the_same_verdicts(project, capsys):
     (project / "findings.json").write_text(findings)
     _, direct, _ = run(["verify", "model.py", "--output-format", "json"], capsys)
     code, later, _ = run(["verify", "--from", "findings.json", "--output-format", "json"], capsys)
-    assert code == 1
+    assert code == 0
     a = [(f["location"]["row"], f["verification"]["verdict"], f["verification"]["witness"]["sentence"])
          for f in json.loads(direct)["findings"]]
     b = [(f["location"]["row"], f["verification"]["verdict"], f["verification"]["witness"]["sentence"])
@@ -91,7 +94,7 @@ def test_from_json_round_trip_gives_the_same_verdicts(project, capsys):
     # The file linted on the CPU runner need not exist where it is verified.
     (project / "model.py").unlink()
     code, out, _ = run(["verify", "--from", "findings.json"], capsys)
-    assert code == 1 and "confirmed" in out
+    assert code == 0 and "possible" in out
 
 
 def test_from_stdin(project, capsys, monkeypatch):
@@ -100,7 +103,7 @@ def test_from_stdin(project, capsys, monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", io.StringIO(findings))
     code, out, _ = run(["verify", "--from", "-"], capsys)
-    assert code == 1 and "confirmed" in out
+    assert code == 0 and "possible" in out
 
 
 def test_select_and_ignore(project, capsys):
@@ -114,7 +117,15 @@ def test_select_and_ignore(project, capsys):
 
 
 def test_exit_zero(project, capsys):
-    code, out, _ = run(["verify", "model.py", "--exit-zero"], capsys)
+    proven = json.loads(run(["check", "model.py", "--output-format", "json"], capsys)[1])
+    for f in proven:
+        for i in f["probe"]["inputs"] if f.get("probe") else []:
+            i["evidence"] = "sigmoid output"
+            i["kind"] = "probability" if i["value"] is None else i["kind"]
+    (project / "proven.json").write_text(json.dumps(proven))
+    code, out, _ = run(["verify", "--from", "proven.json"], capsys)
+    assert code == 1 and "confirmed" in out
+    code, out, _ = run(["verify", "--from", "proven.json", "--exit-zero"], capsys)
     assert code == 0 and "confirmed" in out
 
 
@@ -124,8 +135,6 @@ def test_exit_zero(project, capsys):
         ("not json", "not JSON"),
         ('{"a": 1}', "expected the JSON list"),
         ('[{"code": "NAN101"}]', "missing string `message`"),
-        ('[{"code": "NAN101", "message": "m", "filename": "f.py", "location": {"row": 1, "column": 1},'
-         ' "probe": {"kind": "expression", "inputs": [{"name": 3}]}}]', "string `name`"),
     ],
 )
 def test_bad_findings_file_is_one_line_exit_2(project, capsys, content, message):
@@ -137,8 +146,6 @@ def test_bad_findings_file_is_one_line_exit_2(project, capsys, content, message)
 
 
 def test_usage_errors(project, capsys):
-    code, _, err = run(["verify", "model.py", "--from", "x.json"], capsys)
-    assert code == 2 and "not both" in err
     code, _, err = run(["verify", "--from", "missing.json"], capsys)
     assert code == 2 and "cannot read missing.json" in err
 
@@ -191,7 +198,7 @@ def test_progress_on_stderr_for_long_runs():
 
 def test_report_html(project, capsys):
     code, _, err = run(["verify", "model.py", "--report", "report.html"], capsys)
-    assert code == 1 and "Report written to report.html" in err
+    assert code == 0 and "Report written to report.html" in err
     page = (project / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "http://" not in page.replace("http://www.w3.org", "") and "<script" not in page
@@ -212,7 +219,7 @@ def test_report_without_matplotlib(project, capsys, monkeypatch):
     page = (project / "report.html").read_text()
     assert "matplotlib is not installed" in page
     assert "data:image/png" not in page
-    assert "<th>original forward</th>" in page and "confirmed" in page
+    assert "<th>original forward</th>" in page and "possible" in page
 
 
 def test_report_plot_marks_the_nan_region():
@@ -235,5 +242,5 @@ def test_real_entry_point(project):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-m", "nanlint", "verify", "model.py"], capture_output=True,
                          text=True, cwd=project, env=env)
-    assert out.returncode == 1, out.stderr
-    assert "NAN101 confirmed" in out.stdout
+    assert out.returncode == 0, out.stderr
+    assert "NAN101 possible" in out.stdout

@@ -35,6 +35,7 @@ from .verdict import (
     FIX_FAILED,
     NOT_REPRODUCED,
     NOT_VERIFIABLE,
+    POSSIBLE,
     ContextOutcome,
     Verification,
     Witness,
@@ -188,7 +189,7 @@ def _expression_table(checked: List[Checked]) -> List[str]:
 
 
 def _original_fails(v: Verification) -> bool:
-    return v.verdict == CONFIRMED or (v.verdict == FIX_FAILED and v.witness is not None)
+    return v.verdict in (CONFIRMED, POSSIBLE) or (v.verdict == FIX_FAILED and v.witness is not None)
 
 
 def _harness_table(checked: List[Checked]) -> List[str]:
@@ -302,7 +303,7 @@ def render_section(code: str, checked: List[Checked], fixtures: Sequence[Path],
                    device: str = DEVICE) -> str:
     """The Markdown body of "Where it fails (verified)" for rule `code` (no heading)."""
     names = ", ".join(f"`fixtures/{p.name}`" for p in fixtures) or "no fixture file"
-    counts = {v: 0 for v in (CONFIRMED, NOT_REPRODUCED, FIX_FAILED, NOT_VERIFIABLE)}
+    counts = {v: 0 for v in (CONFIRMED, POSSIBLE, NOT_REPRODUCED, FIX_FAILED, NOT_VERIFIABLE)}
     for c in checked:
         counts[c.verification.verdict] = counts.get(c.verification.verdict, 0) + 1
     kinds = {c.diagnostic.probe.kind for c in checked if c.diagnostic.probe is not None}
@@ -317,7 +318,10 @@ def render_section(code: str, checked: List[Checked], fixtures: Sequence[Path],
         f"on {device}: the verifier ran the {_plural(len(checked), 'finding')} of {code} in "
         f"{names}" + (f" ({'; '.join(how)})" if how else "") + ".",
         "",
-        f"Verdicts: {counts[CONFIRMED]} confirmed, {counts[NOT_REPRODUCED]} not reproduced, "
+        f"Verdicts: {counts[CONFIRMED]} confirmed, "
+        + (f"{counts[POSSIBLE]} possible (the fixture's inputs are bare parameters the analysis "
+           "does not bound, so the failure was found with any value of them), " if counts[POSSIBLE] else "")
+        + f"{counts[NOT_REPRODUCED]} not reproduced, "
         f"{counts[FIX_FAILED]} fix failed, {counts[NOT_VERIFIABLE]} not verifiable.",
     ]
     for table in (_expression_table(checked), _harness_table(checked)):

@@ -5,6 +5,8 @@ runs, and exits 2 with one line when torch is missing.
 
 Exit codes: 0 nothing confirmed and no fix failed; 1 some finding confirmed or some fix
 failed (with --exit-zero: 0); 2 usage, configuration or internal error, or torch missing.
+A "possible" finding (a failure found only with inputs the analysis could not bound) and a
+refused one ("not-verifiable", e.g. over the per-finding budget) do not change the code.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from . import INSTALL_HINT
 
 
 @click.command("verify")
-@click.argument("paths", nargs=-1, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path())  # with --from: where the report may quote source
 @click.option("--from", "from_file", metavar="FINDINGS.json",
-              help="Verify the findings in this file (the output of `nanlint check --output-format json`; - for stdin) instead of linting PATHS.")
+              help="Verify the findings in this file (the output of `nanlint check --output-format json`; - for stdin) "
+                   "instead of linting; PATHS then only name where the report may quote source lines from.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to run: auto is CUDA when torch sees a GPU, else the CPU.")
 @click.option("--select", metavar="CODES", help="Comma-separated codes or prefixes to verify (as in check).")
@@ -64,17 +67,18 @@ def verify_command(
         sys.exit(2)
 
     from ..config import apply_cli, load_settings
-    from .findings import FindingsError, lint_findings, read_findings, selected
+    from .findings import FindingsError, lint_findings, printable_line, read_findings, selected
 
-    if from_file is not None and paths:
-        raise click.UsageError("give PATHS or --from FINDINGS.json, not both")
     settings = apply_cli(load_settings(config_path), select, extend_select, ignore)
     errors = []
+    # The report quotes source lines only from files under the paths the user linted (with
+    # --from, the PATHS given beside it); a findings file alone quotes no file.
+    source_roots = list(paths) if paths else ([] if from_file is not None else ["."])
     if from_file is not None:
         try:
             diagnostics = read_findings(from_file)
         except FindingsError as exc:
-            click.echo(f"nanlint: error: {exc}", err=True)
+            click.echo(f"nanlint: error: {printable_line(str(exc))}", err=True)
             sys.exit(2)
     else:
         linted = lint_findings(paths, settings)
@@ -96,8 +100,9 @@ def verify_command(
     progress = Progress(len(probed))
     outcome = verify_all(diagnostics, where, want_sweep=report_path is not None, progress=progress.step)
     outcome.errors[:0] = errors
+    outcome.source_roots = source_roots
     for message in outcome.errors:
-        click.echo(f"nanlint: error: {message}", err=True)
+        click.echo(f"nanlint: error: {printable_line(message)}", err=True)
     if output_format == "json":
         sys.stdout.write(render_json(outcome))
     else:

@@ -19,6 +19,13 @@ DTYPE_NAMES = {
 PRECISION = {torch.float32: 24, torch.float16: 11, torch.bfloat16: 8, torch.float64: 53}
 
 
+def measure_dtype(context_dtype: torch.dtype, autocast: Optional[torch.dtype], result: torch.dtype) -> torch.dtype:
+    """The dtype accuracy is measured in: the narrowest of the context's inputs, its autocast
+    dtype and the result (a float32 result of float16 arithmetic has float16's accuracy)."""
+    candidates = [d for d in (context_dtype, autocast, result) if d in PRECISION]
+    return min(candidates, key=lambda d: (PRECISION[d], d != torch.float16)) if candidates else result
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 

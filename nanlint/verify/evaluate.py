@@ -20,10 +20,13 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import torch
 
+from .budget import BudgetExceeded
 from .contexts import Context
 from .sandbox import EvaluationError, Interpreter, Refused
 
-FALLBACK_POINTS = 256
+FALLBACK_POINTS = 128
+# Inputs whose value each run supplies from the context (never generated).
+RUNTIME_ROLES = ("dtype", "device", "meta")
 
 
 class single_threaded:
@@ -80,15 +83,27 @@ def run_program(
         else:
             leaves[name] = col
 
+    runtime = {n: r for n, r in program.checked.roles.items() if r in RUNTIME_ROLES}
+
     def call(*tensors):
         env = dict(constants)
         env.update(zip(names, tensors))
+        if runtime:
+            # A dtype, a device or a tensor read only for its dtype/device/shape: the context's.
+            like = next((t for t in tensors if t.is_floating_point()), None)
+            dtype = like.dtype if like is not None else torch.float32
+            device = like.device if like is not None else torch.device("cpu")
+            for name, role in runtime.items():
+                env[name] = {"dtype": dtype, "device": device}.get(role)
+                if role == "meta":
+                    env[name] = torch.zeros_like(like) if like is not None else torch.zeros((), dtype=dtype)
         value = program(env)
         if not isinstance(value, torch.Tensor):
             raise EvaluationError(f"the expression gives a {type(value).__name__}, not a tensor")
         return value
 
     manager = context.autocast_manager() if context is not None else _null()
+    program.budget.start(n if mode == "vmap" else 1)
     try:
         with manager:
             if mode == "flat":
@@ -96,7 +111,7 @@ def run_program(
                 if out.dim() == 0 or out.shape[0] != n:
                     out = out.expand((n,) + tuple(out.shape[1:] if out.dim() else ()))
             elif mode == "vmap":
-                out = torch.func.vmap(call, randomness="error")(*[leaves[k] for k in names])
+                out = torch.func.vmap(call, randomness="same")(*[leaves[k] for k in names])
             else:
                 outs = [call(*[leaves[k][i] for k in names]) for i in range(n)]
                 if len({tuple(o.shape) for o in outs}) > 1:
@@ -104,6 +119,8 @@ def run_program(
                 out = torch.stack(outs)
     except (EvaluationError, Refused) as exc:
         return Run(error=str(exc))
+    except BudgetExceeded:
+        raise  # the whole finding stops: a refusal, not a context's error
     except Exception as exc:  # noqa: BLE001 - torch's own errors (shapes, dtypes, vmap)
         return Run(error=f"{type(exc).__name__}: {_first_line(exc)}")
     return _finish(out, leaves, grad_inputs)
@@ -146,7 +163,12 @@ class _null:
 
 def per_point(mask: torch.Tensor) -> torch.Tensor:
     """(N, ...) -> (N,): any element of the point."""
-    return mask.reshape(mask.shape[0], -1).any(dim=1) if mask.dim() > 1 else mask
+    return rows(mask).any(dim=1) if mask.dim() > 1 else mask
+
+
+def rows(t: torch.Tensor) -> torch.Tensor:
+    """(N, ...) -> (N, M): one row per point (also when N is 0, where reshape(N, -1) fails)."""
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))
 
 
 def representable(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -168,15 +190,21 @@ def ordinal(t: torch.Tensor) -> torch.Tensor:
     return torch.where(bits < 0, -(bits & mask), bits)
 
 
-def bits_of_error(result: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """log2(1 + floats between result and the reference rounded to result's dtype); NaN where
-    either is not finite."""
+def bits_of_error(result: torch.Tensor, reference: torch.Tensor,
+                  dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """log2(1 + floats between result and the reference, both rounded to `dtype` (default:
+    the result's), at most the significand of `dtype` (every bit wrong); NaN where either is
+    not finite."""
+    from .contexts import PRECISION
+
+    if dtype is not None and dtype != result.dtype:
+        result = result.to(dtype)
     rounded = reference.to(result.dtype)
     valid = torch.isfinite(result) & torch.isfinite(rounded)
     safe_r = torch.where(valid, result, torch.zeros_like(result))
     safe_ref = torch.where(valid, rounded, torch.zeros_like(rounded))
     distance = (ordinal(safe_r) - ordinal(safe_ref)).abs().to(torch.float64)
-    bits = torch.log2(1.0 + distance)
+    bits = torch.log2(1.0 + distance).clamp(max=float(PRECISION.get(result.dtype, 53)))
     return torch.where(valid, bits, torch.full_like(bits, float("nan")))
 
 

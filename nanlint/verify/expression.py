@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -46,12 +47,15 @@ from .evaluate import (
     expand_points,
     per_point,
     representable,
+    rows as point_rows,
     run_program,
     single_threaded,
     subnormal,
     trusted,
 )
-from .inputs import InputSpec, PointSet, index_shape, make_points, point_shape
+from .budget import MAX_INPUTS, Budget, BudgetExceeded
+from .evaluate import RUNTIME_ROLES
+from .inputs import SIDE, InputSpec, PointSet, index_shape, make_points, point_shape, trial_points
 from .sandbox import CheckedExpression, Interpreter, Refused, check_expression
 from .verdict import (
     ACCURACY,
@@ -60,6 +64,7 @@ from .verdict import (
     KIND_ORDER,
     NOT_REPRODUCED,
     NOT_VERIFIABLE,
+    POSSIBLE,
     ROUNDING,
     SINGULAR,
     ContextOutcome,
@@ -107,6 +112,7 @@ class Prepared:
     mode: str
     grad_inputs: List[str] = field(default_factory=list)
     exact: bool = True  # the fix is exact in real arithmetic (a safe fix)
+    relations: Tuple[Tuple[str, str, str], ...] = ()  # proven relations between inputs
 
 
 def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
@@ -128,33 +134,90 @@ def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
         for n, d in fixed.implied_domains.items():
             implied.setdefault(n, d)
     info = {i.name: i for i in probe.inputs}
+    nonzero = {r[0] for r in probe.relations if r[1] in (">", "!=") and _is_zero(r[2])}
     specs: List[InputSpec] = []
     for n in names:
         pi = info.get(n)
         role = roles.get(n, "float")
         value = pi.value if pi is not None else None
-        domain = _domain(pi.domain if pi is not None else None, n) or implied.get(n)
+        given = _domain(pi.domain if pi is not None else None, n)
+        domain = given or implied.get(n)
+        kind = pi.kind if pi is not None else "real"
+        if kind == "probability":
+            domain = _intersect(domain, (0.0, 1.0), n)
         if value is not None:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(float(value)):
                 raise Refused(f"constant for {n} is not a finite number")
-            if role != "float":
+            if role != "float" and role not in STRUCTURAL_DEFAULTS:
                 value = None  # a mask or an index is generated, whatever the source said
-        specs.append(InputSpec(n, role, float(value) if value is not None else None, domain))
+        if role in RUNTIME_ROLES:
+            continue  # each run supplies it (evaluate.run_program)
+        if role in STRUCTURAL_DEFAULTS:
+            specs.append(InputSpec(n, role, _structural(role, value), None, proven=True))
+            continue
+        proven = (value is not None or given is not None or n in implied or role in ("index", "spd")
+                  or kind != "real" or bool(pi is not None and pi.evidence))
+        specs.append(InputSpec(n, role, float(value) if value is not None else None, domain, kind=kind,
+                               dim=pi.dim if pi is not None else None, proven=proven, nonzero=n in nonzero))
+    varying = [s for s in specs if s.value is None]
+    if len(varying) > MAX_INPUTS:
+        raise Refused(f"{len(varying)} varying inputs (at most {MAX_INPUTS} are combined)")
     elementwise = original.elementwise and (fixed is None or fixed.elementwise)
     rank = max(original.rank, fixed.rank if fixed is not None else 1)
     if any(s.role == "index" for s in specs):
         rank = max(rank, 2)  # class indices: a batch of rows, one target per row
+    for spec in varying:
+        if spec.kind == "simplex":  # a distribution needs the axis it sums along
+            elementwise = False
+            d = spec.dim if spec.dim is not None else -1
+            if abs(d) > 3:
+                raise Refused(f"simplex dim {d} of {spec.name} is beyond the ranks tried")
+            rank = max(rank, d + 1 if d >= 0 else -d)
+    budget = Budget()
     return Prepared(
         original=original,
         fixed=fixed,
-        program_o=Interpreter(original),
-        program_f=Interpreter(fixed) if fixed is not None else None,
+        program_o=Interpreter(original, budget=budget),
+        program_f=Interpreter(fixed, budget=budget) if fixed is not None else None,
         specs=specs,
         shape=point_shape(elementwise, rank),
         mode="flat" if elementwise else "vmap",
-        grad_inputs=[s.name for s in specs if s.value is None and s.role == "float"],
+        grad_inputs=[s.name for s in specs if s.differentiable],
         exact=exact,
+        relations=tuple(probe.relations),
     )
+
+
+# Inputs in structural positions get one plausible value: an integer size (one side of the
+# generated tensors), the last dim, the first branch of a conditional, a loss's default mode.
+STRUCTURAL_DEFAULTS = {"size": SIDE, "dim": -1, "flag": True, "string:reduction": "mean",
+                       "string:mode": "constant"}
+
+
+def _structural(role: str, value: Optional[float]) -> Any:
+    if value is not None and role == "size" and float(value).is_integer() and 1 <= value <= 64:
+        return int(value)
+    if value is not None and role == "dim" and float(value).is_integer() and -3 <= value <= 2:
+        return int(value)
+    if value is not None and role == "flag":
+        return bool(value)
+    return STRUCTURAL_DEFAULTS[role]
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except (TypeError, ValueError):
+        return False
+
+
+def _intersect(domain, unit, name) -> Tuple[float, float]:
+    if domain is None:
+        return unit
+    lo, hi = max(domain[0], unit[0]), min(domain[1], unit[1])
+    if lo > hi:
+        raise Refused(f"domain of {name} does not meet [0, 1] although it is a probability")
+    return (lo, hi)
 
 
 def _domain(raw, name) -> Optional[Tuple[float, float]]:
@@ -183,7 +246,8 @@ def make_batch(points: PointSet, dtype: torch.dtype, device: str, grad_inputs) -
     rows = keep.nonzero().flatten()
     columns = {k: v[rows].to(device) for k, v in cast.items()}
     columns64 = {k: (v.to(torch.float64) if v.is_floating_point() else v) for k, v in columns.items()}
-    mags = [columns64[k].abs().reshape(len(rows), -1).amax(dim=1) for k in grad_inputs if k in columns64]
+    mags = [columns64[k].abs().reshape(len(rows), -1).amax(dim=1) for k in grad_inputs
+            if k in columns64 and len(rows)]
     magnitude = (torch.stack(mags).amax(dim=0) if mags
                  else torch.zeros(len(rows), dtype=torch.float64, device=device))
     sub = torch.zeros(len(rows), dtype=torch.bool, device=device)
@@ -213,9 +277,23 @@ def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
         return not_verifiable(f"refused without running it: {exc}", device)
     if not any(s.value is None for s in prepared.specs):
         return not_verifiable("the expression has no input to vary", device)
-    with single_threaded():
-        points = make_points(prepared.specs, prepared.shape, index_shape(prepared.shape))
-        result = _verify_points(prepared, points, device)
+    prepared.program_o.budget.arm()
+    try:
+        with single_threaded(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's UserWarnings on adversarial inputs (std of one)
+            _choose_shape(prepared, device)
+            points = make_points(prepared.specs, prepared.shape, index_shape(prepared.shape),
+                                 prepared.relations)
+            if points.columns and points.size == 0:
+                return not_verifiable("refused: no input point satisfies the probe's relations and domains",
+                                      device)
+            result = _verify_points(prepared, points, device)
+    except BudgetExceeded as exc:
+        return not_verifiable(f"refused: {exc}", device)
+    except MemoryError:
+        return not_verifiable("refused: ran out of memory", device)
+    with single_threaded(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         if result.verdict != NOT_VERIFIABLE and want_sweep:
             from .sweep import build_sweep
 
@@ -225,6 +303,60 @@ def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
                 result.sweep = {"error": f"{type(exc).__name__}: {exc}"}
     result.seconds = time.perf_counter() - start
     return result
+
+
+SHAPE_TRIAL_POINTS = 4
+
+
+def _trial(p: Prepared, shape: Tuple[int, ...], mode: str, device: str) -> Optional[str]:
+    """Whether original and fix run (float64, a few ordinary points) on inputs of this
+    per-point shape: vectorized, or else one point at a time (a boolean mask's selection
+    has a shape that depends on the values)."""
+    points = trial_points(p.specs, shape, index_shape(shape), SHAPE_TRIAL_POINTS)
+    batch = make_batch(points, torch.float32, device, p.grad_inputs)
+    error = None
+    for how in ((mode, "loop") if mode == "vmap" else (mode,)):
+        error = None
+        for program in (p.program_o, p.program_f):
+            if program is None:
+                continue
+            r = run_program(program.for_reference(torch.float32), how, batch.columns64, points.constants, None,
+                            p.grad_inputs)
+            if r.error is not None:
+                error = r.error
+                break
+        if error is None:
+            return None
+    return error
+
+
+def _choose_shape(p: Prepared, device: str) -> None:
+    """Ranks come from how the probe uses its inputs (dims, indexing, permute, .shape[k]); when
+    they are not enough to run it (`x[0].shape[-1]`, a reshape to two sizes), search the small
+    shapes: each rank up to 3, `SIDE` elements per dimension."""
+    if _trial(p, p.shape, p.mode, device) is None:
+        return
+    for rank in (1, 2, 3):
+        shape = point_shape(False, rank)
+        if shape == p.shape:
+            continue
+        if _trial(p, shape, "vmap", device) is None:
+            p.shape, p.mode = shape, "vmap"
+            return
+    # One input a rank lower than the others (`m.unsqueeze(-1).expand_as(x)` with m a max of x).
+    varying = [s for s in p.specs if s.value is None and s.role in ("float", "bool", "index")]
+    if len(varying) < 2:
+        return
+    for rank in (2, 3):
+        shape = point_shape(False, rank)
+        for spec in varying:
+            lower = len(index_shape(shape)) if spec.role == "index" else rank
+            for k in range(lower - 1, -1, -1):
+                spec.shape = shape[:k]
+                if _trial(p, shape, "vmap", device) is None:
+                    p.shape, p.mode = shape, "vmap"
+                    return
+            spec.shape = None
 
 
 def _verify_points(p: Prepared, points: PointSet, device: str) -> Verification:
@@ -237,6 +369,9 @@ def _verify_points(p: Prepared, points: PointSet, device: str) -> Verification:
                                points.constants, None, p.grad_inputs)
         return run_program(program, p.mode, batch.columns, points.constants, ctx, p.grad_inputs)
 
+    empty = {dt for dt, b in batches.items() if b.magnitude.shape[0] == 0}
+    if torch.float32 in empty:
+        return not_verifiable("refused: no point of the inputs' domains is finite in float32", device)
     # Float64 references (no autocast) per input dtype; vmap trouble -> loop on a subsample.
     probe_run = run(p.program_o, batches[torch.float32], None, True)
     if probe_run.error and p.mode == "vmap":
@@ -248,6 +383,8 @@ def _verify_points(p: Prepared, points: PointSet, device: str) -> Verification:
         return not_verifiable(f"the original does not run: {probe_run.error}", device)
     refs: Dict[torch.dtype, Tuple[Run, Optional[Run]]] = {}
     for dtype in C.DTYPES:
+        if dtype in empty:
+            continue
         ref_o = probe_run if dtype == torch.float32 else run(p.program_o, batches[dtype], None, True)
         ref_f = run(p.program_f, batches[dtype], None, True) if p.program_f is not None else None
         refs[dtype] = (ref_o, ref_f)
@@ -265,6 +402,11 @@ def _verify_points(p: Prepared, points: PointSet, device: str) -> Verification:
         _same_function(p, batches[torch.float32], probe_run, ref_f32, found)
     for index, ctx in enumerate(contexts):
         batch = batches[ctx.dtype]
+        if ctx.dtype in empty:
+            why = f"no point of the inputs' domains is finite in {C.dtype_name(ctx.dtype)}"
+            outcomes.append(ContextOutcome(ctx.to_json(), ctx.name, 0, SideStats(error=why),
+                                           SideStats(error=why) if p.program_f is not None else None))
+            continue
         ref_o, ref_f = refs[ctx.dtype]
         ro = run(p.program_o, batch, ctx, False)
         rf = run(p.program_f, batch, ctx, False) if p.program_f is not None else None
@@ -283,6 +425,10 @@ class _Found:
     extreme: List[Candidate] = field(default_factory=list)  # fix fails only at huge inputs
     less_accurate: List[Candidate] = field(default_factory=list)  # fix worse at a few points
     less_accurate_share: float = 1.0
+    # Finite but much less accurate than the original (a value or gradient flushed to 0 where
+    # the original tracks float64), per context name: candidates and the inputs' span.
+    fix_worse: Dict[str, List[Candidate]] = field(default_factory=dict)
+    fix_worse_span: Dict[str, Tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -311,7 +457,7 @@ def _same_function(p: Prepared, batch: Batch, ref_o: Run, ref_f: Run, found: "_F
         col = batch.columns64.get(k)
         if col is None:
             continue
-        a = col.abs().reshape(n, -1)
+        a = point_rows(col.abs())
         ok = (a == 0) | ((a >= ORDINARY[0]) & (a <= ORDINARY[1]))
         ordinary &= ok.all(dim=1)
     pairs = [("forward", None, ref_o.out, ref_f.out)]
@@ -451,23 +597,26 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
     plain = ~batch.subnormal
     out_o = ro.out
     usable_f = ref_f is not None and ref_f.error is None
-    bits_o = bits_of_error(out_o, ref_o.out)
-    rel_o = trusted(ref_o.out, ref_f.out if usable_f else None, out_o.dtype)
+    # Accuracy is measured in the context's dtype (never more bits than its significand).
+    dt_o = C.measure_dtype(ctx.dtype, ctx.autocast, out_o.dtype)
+    bits_o = bits_of_error(out_o, ref_o.out, dt_o)
+    rel_o = trusted(ref_o.out, ref_f.out if usable_f else None, dt_o)
     measured_o = rel_o & torch.isfinite(bits_o) & expand_points(plain, out_o)
     _fill_bits(o_stats, bits_o, measured_o)
     if not (fixed_ok and rf.out.shape == out_o.shape):
         return outcome
     out_f = rf.out
-    bits_f = bits_of_error(out_f, ref_o.out)
-    rel_f = trusted(ref_o.out, ref_f.out if usable_f else None, out_f.dtype)
+    dt_f = C.measure_dtype(ctx.dtype, ctx.autocast, out_f.dtype)
+    bits_f = bits_of_error(out_f, ref_o.out, dt_f)
+    rel_f = trusted(ref_o.out, ref_f.out if usable_f else None, dt_f)
     measured_f = rel_f & torch.isfinite(bits_f) & expand_points(plain, out_f)
     _fill_bits(f_stats, bits_f, measured_f)
-    bound = C.agreement_bits(out_f.dtype)
+    bound = C.agreement_bits(dt_f)
     outcome.agreement_bits = bound
     judged = measured_f
     if not p.exact:
         # A fix that changes values on purpose is judged where the original was accurate.
-        judged = judged & torch.isfinite(bits_o) & (bits_o < C.accuracy_failure_bits(out_o.dtype))
+        judged = judged & torch.isfinite(bits_o) & (bits_o < C.accuracy_failure_bits(dt_o))
     if judged.any():
         slack = torch.where(torch.isfinite(bits_o), bits_o + 1.0, torch.zeros_like(bits_o))
         agree = (bits_f <= bound) | (bits_f <= slack)
@@ -475,13 +624,15 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
         decides = ctx.dtype == torch.float32 and ctx.autocast is None
         if decides and f_stats.agree_fraction < NOTE_SHARE:
             worst = torch.where(judged & ~agree, bits_f, torch.full_like(bits_f, -1.0))
-            rows = worst.reshape(n, -1).amax(dim=1) > 0
-            fail = _Fail("forward", None, ACCURACY, rows, out_f, ref_o.out)
+            worst_rows = point_rows(worst).amax(dim=1) > 0
+            fail = _Fail("forward", None, ACCURACY, worst_rows, out_f, ref_o.out)
             target = found.introduced if f_stats.agree_fraction < AGREE_SHARE else found.less_accurate
-            _add(target, rows, fail, which="fix", bits=worst, **setting)
+            _add(target, worst_rows, fail, which="fix", bits=worst, **setting)
             found.less_accurate_share = f_stats.agree_fraction
-    acc = (measured_o & (bits_o >= C.accuracy_failure_bits(out_o.dtype))
-           & (bits_f <= C.accurate_bits(out_f.dtype)) & torch.isfinite(bits_f))
+    if p.exact:
+        _fix_less_accurate(p, ctx, index, batch, ro, rf, ref_o, plain, found)
+    acc = (measured_o & (bits_o >= C.accuracy_failure_bits(dt_o))
+           & (bits_f <= C.accurate_bits(dt_f)) & torch.isfinite(bits_f))
     acc_rows = per_point(acc)
     o_stats.accuracy_failures = int(acc_rows.sum())
     outcome.confirming += int((acc_rows & ~confirming).sum())
@@ -489,6 +640,47 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
     _add(found.confirming, acc_rows, fail, which="original",
          bits=torch.where(acc, bits_o, torch.zeros_like(bits_o)), **setting)
     return outcome
+
+
+def _fix_less_accurate(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Run, ref_o: Run,
+                       plain: torch.Tensor, found: _Found) -> None:
+    """Points where the fix's value or gradient is finite but has lost most of its bits while
+    the original's is accurate (torch.sigmoid's float16 gradient is 0 from z ~ 8, where
+    exp(-z) / (1 + exp(-z))**2 by hand still tracks float64). Not a failure of the fix (no
+    NaN/Inf): the report says so in words and in the plot."""
+    pairs = [("forward", None, ro.out, rf.out, ref_o.out)]
+    pairs += [("gradient", k, ro.grads[k], rf.grads[k], ref_o.grads[k])
+              for k in ro.grads if k in rf.grads and k in ref_o.grads]
+    for where, wrt, a_o, a_f, ref in pairs:
+        if not (a_o.shape == a_f.shape == ref.shape) or a_f.numel() == 0:
+            continue
+        dt = C.measure_dtype(ctx.dtype, ctx.autocast, a_f.dtype)
+        b_o = bits_of_error(a_o, ref, dt)
+        b_f = bits_of_error(a_f, ref, dt)
+        worse = (trusted(ref, None, dt) & expand_points(plain, ref) & torch.isfinite(b_f) & torch.isfinite(b_o)
+                 & (b_f >= C.accuracy_failure_bits(dt)) & (b_o <= C.accurate_bits(dt)))
+        rows = per_point(worse)
+        if not bool(rows.any()):
+            continue
+        fail = _Fail(where, wrt, ACCURACY, rows, a_f, ref)
+        cands = found.fix_worse.setdefault(ctx.name, [])
+        _add(cands, rows, fail, which="fix", bits=torch.where(worse, b_f, torch.zeros_like(b_f)),
+             batch=batch, ctx=ctx, index=index, p=p)
+        mags = batch.magnitude[rows]
+        lo, hi = float(mags.min()), float(mags.max())
+        old = found.fix_worse_span.get(ctx.name)
+        found.fix_worse_span[ctx.name] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+
+
+def _fix_worse_note(found: _Found) -> Optional[str]:
+    if not found.fix_worse:
+        return None
+    best = _best([c for cs in found.fix_worse.values() for c in cs])
+    where = "; ".join(f"{name} for inputs of magnitude {fmt_number(float(f'{lo:.3g}'))} to "
+                      f"{fmt_number(float(f'{hi:.3g}'))}" for name, (lo, hi) in found.fix_worse_span.items())
+    what = "value" if best.where == "forward" else f"gradient w.r.t. {best.wrt}"
+    return (f"the fix is finite but less accurate than the original (its {what} loses most of its "
+            f"bits where the original tracks float64) in {where}; e.g. {best.sentence()}")
 
 
 def _fill_bits(stats: SideStats, bits: torch.Tensor, measured: torch.Tensor) -> None:
@@ -584,8 +776,36 @@ def _overflow_witness(skipped: List[ContextOutcome], device: str, need_fix: bool
     return None
 
 
+def _fix_holds(ran: List[ContextOutcome], found: _Found) -> str:
+    """"the fix holds in all" only where no context's cells show the fix failing; otherwise
+    where it holds and where it does not (points the original fails at too, huge inputs)."""
+    failing = [o.name for o in ran if o.fix is not None and (o.fix.forward_failures or o.fix.gradient_failures)]
+    if not failing:
+        return "the fix holds in all"
+    why = []
+    if any(o.shared for o in ran):
+        why.append("where the original fails too")
+    if found.extreme:
+        why.append(f"at inputs beyond ±{fmt_number(EXTREME)}")
+    because = f" ({' and '.join(why)})" if why else ""
+    return (f"the fix holds wherever the original was finite, but is still NaN/Inf at some points in "
+            f"{', '.join(failing)}{because}")
+
+
 def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found: _Found,
             device: str) -> Verification:
+    v = _decide_unqualified(p, points, outcomes, found, device)
+    unbounded = [s.name for s in p.specs if s.value is None and not s.proven]
+    if v.verdict == CONFIRMED and unbounded:
+        # The failure was found with inputs the analysis proved nothing about.
+        v.verdict = POSSIBLE
+        v.reason = (f"found only with inputs the analysis could not bound ({', '.join(unbounded)}: any "
+                    f"value tried); {v.reason}")
+    return v
+
+
+def _decide_unqualified(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found: _Found,
+                        device: str) -> Verification:
     ranges = points.describe()
     n_points = max((o.points for o in outcomes), default=0)
     ran = [o for o in outcomes if o.original.error is None]
@@ -610,6 +830,9 @@ def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found
                      f"beyond {fmt_number(C.agreement_bits(torch.float32))} bits) at "
                      f"{fmt_number(round(100 * (1 - found.less_accurate_share), 2))}% of the points, "
                      f"e.g. {la.sentence()}")
+    worse = _fix_worse_note(found)
+    if worse is not None:
+        notes.append(worse)
     shared = sum(o.shared for o in outcomes)
     if p.fixed is None:
         raised = _overflow_witness(skipped, device, need_fix=False)
@@ -647,13 +870,14 @@ def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found
         orig = worst.original.bits_p99
         accuracy = (f" (p99 error vs float64 {_bits(worst.fix.bits_p99)}"
                     + (f", original {_bits(orig)}" if orig is not None else "") + f", in {worst.name})")
+    holds = _fix_holds(ran, found)
     if witness is not None:
-        return Verification(CONFIRMED, f"the original fails in {len(failing)} of {ctx_text}; the fix "
-                            f"holds in all{accuracy}{skip_text}", witness=witness, notes=notes, **base)
+        return Verification(CONFIRMED, f"the original fails in {len(failing)} of {ctx_text}; "
+                            f"{holds}{accuracy}{skip_text}", witness=witness, notes=notes, **base)
     raised = _overflow_witness(skipped, device, need_fix=True)
     if raised is not None:
         return Verification(CONFIRMED, f"the original raises an overflow error in {raised.dtype} on "
-                            f"{device}, where the fix runs; the fix holds in all{accuracy}",
+                            f"{device}, where the fix runs; {holds}{accuracy}",
                             witness=raised, notes=notes, **base)
     return Verification(NOT_REPRODUCED, f"the original held in {ctx_text} ({names}) over "
                         f"{n_points} points ({'; '.join(ranges)}){skip_text}", notes=notes, **base)

@@ -6,12 +6,32 @@ This module does not import torch.
 from __future__ import annotations
 
 import json
+import os
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set
 
 from ..config import Settings, select_rules
 from ..diagnostics import INPUT_KINDS, RELATIONS, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
 from ..rules import all_rules
+
+
+def printable(text: str) -> str:
+    """`text` with control characters (ANSI escapes, CR, NUL, bidi overrides...) shown as
+    escapes, so that a name from a findings file cannot drive the terminal."""
+    out = []
+    for ch in str(text):
+        cat = unicodedata.category(ch)
+        if cat in ("Cc", "Cf", "Zl", "Zp", "Cs") and ch not in ("\n", "\t"):
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def printable_line(text: str) -> str:
+    """As `printable`, and on one line (newlines and tabs escaped too)."""
+    return printable(text).replace("\n", "\\n").replace("\t", "\\t")
 
 
 class FindingsError(Exception):
@@ -111,11 +131,25 @@ def _fix(raw: Any, where: str) -> Optional[Fix]:
     return Fix(str(raw.get("message") or ""), tuple(edits), str(raw.get("applicability") or "safe"))
 
 
+# A probe the verifier cannot read becomes a probe of this kind: that finding alone is
+# refused (with the reason), the others are verified.
+MALFORMED = "malformed"
+MAX_FINDINGS_BYTES = 64 * 1024 * 1024
+
+
+def _malformed(reason: str) -> Probe:
+    return Probe(kind=MALFORMED, params=(("reason", reason),))
+
+
 def parse_findings(text: str, source: str = "findings") -> List[Diagnostic]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FindingsError(f"{source}: not JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise FindingsError(f"{source}: not a findings file: JSON nested too deeply") from None
+    except (ValueError, MemoryError) as exc:  # e.g. an integer with too many digits
+        raise FindingsError(f"{source}: not JSON: {str(exc).splitlines()[0][:120]}") from None
     if isinstance(data, dict) and isinstance(data.get("findings"), list):
         data = data["findings"]  # `nanlint verify --output-format json` output, read back
     if not isinstance(data, list):
@@ -136,7 +170,7 @@ def parse_findings(text: str, source: str = "findings") -> List[Diagnostic]:
             name=str(item.get("name") or ""),
             message=item["message"],
             fix=_fix(item.get("fix"), where),
-            probe=_probe(item.get("probe"), where),
+            probe=_probe_or_refusal(item.get("probe"), where),
             cell=_cell(item.get("cell"), where),
         ))
     return out
@@ -150,17 +184,37 @@ def _cell(raw: Any, where: str) -> Optional[int]:
     return raw
 
 
-def read_findings(path: str) -> List[Diagnostic]:
-    if path == "-":
-        import sys
-
-        return parse_findings(sys.stdin.read(), "stdin")
+def _probe_or_refusal(raw: Any, where: str) -> Optional[Probe]:
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        return _probe(raw, where)
+    except FindingsError as exc:
+        return _malformed(str(exc).replace(f"{where}: ", "", 1))
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        return _malformed(f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}")
+
+
+def read_findings(path: str) -> List[Diagnostic]:
+    shown = printable(path)
+    try:
+        if path == "-":
+            import sys
+
+            stream = getattr(sys.stdin, "buffer", None)
+            data = (stream.read(MAX_FINDINGS_BYTES + 1) if stream is not None
+                    else sys.stdin.read(MAX_FINDINGS_BYTES + 1).encode("utf-8", "surrogateescape"))
+            shown = "stdin"
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_FINDINGS_BYTES + 1)
     except OSError as exc:
-        raise FindingsError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_findings(text, path)
+        raise FindingsError(f"cannot read {shown}: {exc.strerror or exc}") from None
+    if len(data) > MAX_FINDINGS_BYTES:
+        raise FindingsError(f"{shown}: larger than {MAX_FINDINGS_BYTES // (1024 * 1024)} MB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FindingsError(f"{shown}: not UTF-8 (invalid byte at offset {exc.start})") from None
+    return parse_findings(text, shown)
 
 
 def selected(diagnostics: Sequence[Diagnostic], settings: Settings) -> List[Diagnostic]:
@@ -184,9 +238,30 @@ def lint_findings(paths: Sequence[str], settings: Settings) -> Findings:
     return Findings(result.diagnostics, result.errors + result.internal_errors)
 
 
-def source_lines(d: Diagnostic) -> Optional[Dict[str, str]]:
-    """The finding's lines before and after its fix, when the file can be read (in a
-    notebook, the finding's cell)."""
+MAX_SOURCE_BYTES = 8 * 1024 * 1024
+
+
+def under_roots(path: str, roots: Sequence[str]) -> bool:
+    """Whether `path` (symlinks resolved) is a regular file inside one of `roots`."""
+    try:
+        real = os.path.realpath(path)
+        if not os.path.isfile(real):
+            return False
+        for root in roots:
+            top = os.path.realpath(root)
+            if real == top or os.path.commonpath([real, top]) == top:
+                return True
+    except (OSError, ValueError):
+        return False
+    return False
+
+
+def source_lines(d: Diagnostic, roots: Sequence[str] = ()) -> Optional[Dict[str, str]]:
+    """The finding's lines before and after its fix (in a notebook, the finding's cell), when
+    the file lies under one of `roots` (the paths the user linted) and can be read. A findings
+    file may name any path: a report never quotes a file outside what the user asked to lint."""
+    if not roots or not under_roots(d.path, roots):
+        return None
     if d.cell is not None:
         from ..notebooks import cell_text
 
@@ -196,8 +271,11 @@ def source_lines(d: Diagnostic) -> Optional[Dict[str, str]]:
         lines = text.splitlines(keepends=True)
     else:
         try:
-            with open(d.path, encoding="utf-8") as fh:
-                lines = fh.read().splitlines(keepends=True)
+            with open(d.path, "rb") as fh:
+                data = fh.read(MAX_SOURCE_BYTES + 1)
+            if len(data) > MAX_SOURCE_BYTES:
+                return None
+            lines = data.decode("utf-8").splitlines(keepends=True)
         except (OSError, UnicodeDecodeError):
             return None
     first, last = d.start.row, d.end.row

@@ -31,20 +31,87 @@ MAX_ELEMENTS = 24000  # per input column, all points together
 SEED = 20240601
 
 
+# Roles whose values are floats (generated and differentiated): any tensor, a number per point
+# (`linspace`'s start), a symmetric positive definite matrix (what `cholesky` takes).
+FLOAT_ROLES = ("float", "scalar", "spd")
+
+
+def _shape_of(spec: "InputSpec", shape: Tuple[int, ...], index_shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    if spec.shape is not None:
+        return spec.shape
+    if spec.role == "index":
+        return index_shape
+    if spec.role == "scalar":
+        return ()
+    return shape
+
+
+def _spd_matrices(shape: Tuple[int, ...], coarse: bool) -> torch.Tensor:
+    """(K, *shape) symmetric positive definite matrices (the last two dims): scaled identities,
+    ill-conditioned diagonals and seeded A Aᵀ + δI, at magnitudes from 1e-12 to 1e12."""
+    n = shape[-1] if shape else 1
+    batch = shape[:-2]
+    gen = torch.Generator().manual_seed(SEED)
+    scales = [1e-12, 1e-6, 1e-3, 1.0, 10.0, 100.0, 1e4, 1e6, 1e9, 1e12] if not coarse else [1e-6, 1.0, 1e4, 1e9]
+    mats = []
+    for sc in scales:
+        mats.append(torch.eye(n, dtype=torch.float64) * sc)
+        mats.append(torch.diag(torch.logspace(0, 6, n, dtype=torch.float64)) * sc / 1e3)
+        a = torch.randn(n, n, generator=gen, dtype=torch.float64)
+        mats.append((a @ a.T / n + 1e-3 * torch.eye(n, dtype=torch.float64)) * sc)
+    out = torch.stack(mats)
+    if len(shape) < 2:
+        return out[:, 0, 0].reshape((-1,) + tuple(shape)) if shape == () else out[:, 0]
+    return out.reshape((out.shape[0],) + (1,) * len(batch) + (n, n)).expand((out.shape[0],) + tuple(batch) + (n, n)).clone()
+
+
 @dataclass
 class InputSpec:
     name: str
     role: str = "float"  # "float" | "bool" | "index"
     value: Optional[float] = None  # a constant from the source
     domain: Optional[Tuple[float, float]] = None
+    # What the analysis proved (diagnostics.INPUT_KINDS): "real", "probability", "simplex"
+    # (sums to 1 along `dim`), "mask" (0/1), "count" (integer >= 0), "integer".
+    kind: str = "real"
+    dim: Optional[int] = None
+    # The values are bounded by something the code does (the analysis's evidence, a kind, a
+    # domain, an operation's contract such as a loss target); otherwise any value is tried
+    # and a failure that needs it is only "possible".
+    proven: bool = False
+    # A mask or count proven never all-zero (a relation `m > 0`): no all-false rows.
+    nonzero: bool = False
+    # This input's per-point shape when it differs from the others' (found by the shape search).
+    shape: Optional[Tuple[int, ...]] = None
+
+    @property
+    def differentiable(self) -> bool:
+        return self.value is None and self.role in FLOAT_ROLES and self.kind not in ("mask", "count", "integer")
 
     def describe(self) -> str:
+        if self.value is not None and self.role != "float":
+            return f"{self.name} = {self.value!r} (where it is used, a {self.role.split(':')[0]})"
         if self.value is not None:
             return f"{self.name} = {_fmt(self.value)} (constant from the source)"
         if self.role == "bool":
-            return f"{self.name}: masks (all true, all false, mixed)"
+            empty = "" if self.nonzero else ", all false"
+            return f"{self.name}: masks (all true{empty}, mixed)"
         if self.role == "index":
             return f"{self.name}: class indices"
+        if self.role == "spd":
+            return (f"{self.name}: symmetric positive definite matrices (what the operation takes), "
+                    "scaled identities, ill-conditioned diagonals, A Aᵀ + δI, magnitudes 1e-12 to 1e12")
+        if self.kind == "simplex":
+            axis = self.dim if self.dim is not None else -1
+            return (f"{self.name}: probability rows summing to 1 along dim {axis} (uniform, one-hot, "
+                    "peaked with tiny entries, decaying)")
+        if self.kind == "mask":
+            empty = "" if self.nonzero else ", all 0"
+            return f"{self.name}: 0/1 masks (all 1{empty}, mixed, a single 1)"
+        if self.kind in ("count", "integer"):
+            lo = 1 if self.nonzero else (0 if self.kind == "count" else None)
+            where = f">= {lo}" if lo is not None else "of either sign"
+            return f"{self.name}: integers {where} (0, 1, small, large)"
         if self.domain is not None:
             lo, hi = self.domain
             return f"{self.name} in [{_fmt(lo)}, {_fmt(hi)}] (its known domain, ends and the points next to them)"
@@ -72,6 +139,8 @@ class PointSet:
 
 
 def _fmt(v: float) -> str:
+    if not math.isfinite(v):
+        return str(v)
     if v == int(v) and abs(v) < 1e15:
         return str(int(v))
     return f"{v:.6g}"
@@ -182,26 +251,93 @@ def _patterns(v: float, shape: Tuple[int, ...], domain) -> List[List[float]]:
     return rows
 
 
+def _simplex_rows(shape: Tuple[int, ...], dim: int, coarse: bool) -> torch.Tensor:
+    """(K, *shape) tensors, non-negative, summing to 1 along `dim`."""
+    if not shape:
+        return torch.ones(1, dtype=torch.float64)  # a distribution over one class
+    if not -len(shape) <= dim < len(shape):
+        dim = -1  # the shape search gave this input fewer dims than its axis: the last one
+    size = shape[dim]
+    tiny = [0.0, 1e-45, 1e-38, 1e-30, 1e-12, 1e-8, 6e-8, 1e-6, 1e-4, 1e-3, 0.01, 0.1]
+    if coarse:
+        tiny = [0.0, 1e-30, 1e-8, 1e-3, 0.1]
+    rows = [[1.0 / size] * size]
+    for t in tiny:  # one class takes almost everything, the others `t` each
+        rows.append([1.0 - t * (size - 1)] + [t] * (size - 1))
+        rows.append([t] * (size - 1) + [1.0 - t * (size - 1)])
+    rows.append([2.0 ** -(i + 1) for i in range(size)])
+    rows[-1][-1] += 1.0 - sum(rows[-1])
+    rows.append([0.5, 0.5] + [0.0] * (size - 2) if size >= 2 else [1.0])
+    rows = [r for r in rows if min(r) >= 0.0]
+    vec = torch.tensor(rows, dtype=torch.float64)  # (K, size)
+    vec = vec / vec.sum(dim=1, keepdim=True)
+    if not shape:
+        return vec.reshape(-1)
+    # Place each row along `dim`, the same row in every other position (and a rolled copy).
+    axis = dim % len(shape)
+    view = [1] * len(shape)
+    view[axis] = size
+    out = []
+    for r in vec:
+        base = r.reshape(view).expand(shape)
+        out.append(base)
+        out.append(torch.roll(base, shifts=1, dims=axis))
+    return torch.stack(out)
+
+
+def _integer_values(spec: InputSpec, coarse: bool) -> List[float]:
+    vals = [0.0, 1.0, 2.0, 3.0, 4.0, 7.0, 10.0, 100.0, 1000.0, 65504.0, 70000.0, 1e6, 2.0 ** 24 + 1]
+    if coarse:
+        vals = [0.0, 1.0, 2.0, 10.0, 1000.0, 70000.0]
+    if spec.kind == "integer":
+        vals = sorted({-v for v in vals} | set(vals))
+    if spec.nonzero:
+        vals = [v for v in vals if v != 0.0]
+    if spec.domain is not None:
+        lo, hi = spec.domain
+        inside = [v for v in vals if lo <= v <= hi]
+        if not inside and math.isfinite(lo) and math.ceil(lo) <= hi:
+            inside = [float(math.ceil(lo))]
+        vals = inside or [lo if math.isfinite(lo) else hi]  # no integer inside: the relations/domains drop it
+    return vals
+
+
 def _candidates(spec: InputSpec, shape: Tuple[int, ...], coarse: bool) -> torch.Tensor:
     """(K, *shape) candidate values for one input."""
     n = 1
     for s in shape:
         n *= s
-    if spec.role == "bool":
-        pats = [[True] * n, [False] * n]
+    if spec.role == "spd":
+        return _spd_matrices(shape, coarse)
+    if spec.role == "bool" or (spec.kind == "mask" and spec.role == "float"):
+        pats = [[True] * n] + ([] if spec.nonzero else [[False] * n])
         if n > 1:
             pats += [[True] + [False] * (n - 1), [False] + [True] * (n - 1),
                      [i % 2 == 0 for i in range(n)]]
-        return torch.tensor(pats, dtype=torch.bool).reshape(-1, *shape)
+        masks = torch.tensor(pats, dtype=torch.bool).reshape(-1, *shape)
+        return masks if spec.role == "bool" else masks.to(torch.float64)
     if spec.role == "index":
         classes = SIDE
         pats = [[0] * n, [classes - 1] * n, [i % classes for i in range(n)]]
         return torch.tensor(pats, dtype=torch.int64).reshape(-1, *shape)
+    if spec.kind == "simplex":
+        return _simplex_rows(shape, spec.dim if spec.dim is not None else -1, coarse)
+    if spec.kind in ("count", "integer"):
+        ints = _integer_values(spec, coarse)
+        if not shape:
+            return torch.tensor(ints, dtype=torch.float64)
+        rows = []
+        for v in ints:
+            rows.append([v] * n)
+            rows.append([v] + [float(spec.nonzero or spec.kind == "integer")] * (n - 1))
+        return torch.tensor(rows, dtype=torch.float64).reshape(-1, *shape)
     if spec.domain is not None:
         lo, hi = float(spec.domain[0]), float(spec.domain[1])
         values = coarse_domain_values(lo, hi) if coarse else domain_values(lo, hi)
     else:
         values = coarse_values() if coarse else full_range_values()
+    if not values:
+        values = [float(spec.domain[0])] if spec.domain is not None else [0.0]
     if not shape:
         return torch.tensor(values, dtype=torch.float64)
     rows = []
@@ -212,7 +348,7 @@ def _candidates(spec: InputSpec, shape: Tuple[int, ...], coarse: bool) -> torch.
 
 def _typical(spec: InputSpec, cand: torch.Tensor, shape) -> torch.Tensor:
     """A few indices into `cand` of ordinary values, for the other inputs of a sweep."""
-    if spec.role != "float":
+    if spec.role not in ("float", "scalar") or spec.kind in ("simplex", "mask"):
         return torch.arange(cand.shape[0])
     flat = cand.reshape(cand.shape[0], -1)
     want = [0.0, 1.0, -1.0, 0.5, 2.0]
@@ -229,11 +365,89 @@ def _typical(spec: InputSpec, cand: torch.Tensor, shape) -> torch.Tensor:
     return torch.tensor(sorted(set(picks)) or [0])
 
 
-def make_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=()) -> PointSet:
+def make_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=(),
+                relations: Sequence[Tuple[str, str, str]] = ()) -> PointSet:
+    """Combine the inputs' candidates into one batch of points, then enforce the proven
+    relations between inputs (`hi >= lo`) by construction."""
+    points = _combine(specs, shape, index_shape)
+    if relations:
+        points = apply_relations(points, relations)
+    return points
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+_FLIP = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "==": "==", "!=": "!="}
+
+
+def apply_relations(points: PointSet, relations: Sequence[Tuple[str, str, str]]) -> PointSet:
+    """`("hi", ">=", "lo")`: each pair of values is ordered (the larger goes to `hi`);
+    `==` copies, `!=` and strict orders drop the points where they fail. A number on the
+    right (`("n", ">", "0")`) bounds each element, except for a mask, where it says the mask
+    is never all false (each point has a true element). Domains are re-checked after."""
+    cols = dict(points.columns)
+    specs = {s.name: s for s in points.specs}
+    if not cols:
+        return points
+    n = points.size
+    keep = torch.ones(n, dtype=torch.bool)
+    for left, op, right in relations:
+        a = cols.get(left)
+        if a is None:
+            continue
+        bound = _number(right)
+        if bound is not None:
+            spec = specs.get(left)
+            flat = _rows(a)
+            if spec is not None and (spec.role == "bool" or spec.kind == "mask") and op in (">", "!=", ">=") \
+                    and bound == 0:
+                if op != ">=":
+                    keep &= flat.to(torch.float64).abs().sum(dim=1) > 0
+                continue
+            keep &= _compare(flat.to(torch.float64), op, bound).all(dim=1)
+            continue
+        b = cols.get(right)
+        if b is None or a.shape != b.shape or not (a.is_floating_point() and b.is_floating_point()):
+            continue
+        if op in ("<=", "<"):
+            left, right, a, b, op = right, left, b, a, _FLIP[op]
+        if op in (">=", ">"):
+            cols[left], cols[right] = torch.maximum(a, b), torch.minimum(a, b)
+            if op == ">":
+                keep &= _rows(cols[left] > cols[right]).all(dim=1)
+        elif op == "==":
+            cols[right] = a.clone()
+        elif op == "!=":
+            keep &= _rows(a != b).all(dim=1)
+    for name, col in cols.items():
+        spec = specs.get(name)
+        if spec is not None and spec.domain is not None and col.is_floating_point():
+            lo, hi = spec.domain
+            keep &= _rows((col >= lo) & (col <= hi)).all(dim=1)
+    rows = keep.nonzero().flatten()
+    return PointSet({k: v[rows] for k, v in cols.items()}, points.constants, points.shape, points.specs)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(t.shape[0], math.prod(t.shape[1:]))
+
+
+def _compare(t: torch.Tensor, op: str, bound: float) -> torch.Tensor:
+    return {">=": t >= bound, ">": t > bound, "<=": t <= bound, "<": t < bound,
+            "==": t == bound, "!=": t != bound}[op]
+
+
+def _combine(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=()) -> PointSet:
     """Combine the inputs' candidates into one batch of points."""
-    constants = {s.name: float(s.value) for s in specs if s.value is not None}
+    constants = {s.name: (float(s.value) if s.role == "float" else s.value) for s in specs if s.value is not None}
     varying = [s for s in specs if s.value is None]
-    shapes = {s.name: (index_shape if s.role == "index" else shape) for s in varying}
+    shapes = {s.name: _shape_of(s, shape, index_shape) for s in varying}
     if not varying:
         return PointSet({}, constants, shape, list(specs))
     per_point = max(1, math.prod(shape) if shape else 1)
@@ -259,34 +473,39 @@ def make_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape=
     for s in varying:
         others = [o for o in varying if o is not s]
         per_value = math.prod(len(typical[o.name]) for o in others)
+        held = {o.name: typical[o.name] for o in others}
+        if 2 * per_value > share:  # many inputs: the others each hold one typical value
+            held = {o.name: typical[o.name][:1] for o in others}
+            per_value = 1
         own = torch.arange(full[s.name].shape[0])
         if len(own) * per_value > share:
             keep = max(2, share // per_value)
             own = torch.linspace(0, len(own) - 1, keep).round().long().unique()
-        combos = torch.meshgrid(own, *[typical[o.name] for o in others], indexing="ij")
+        combos = torch.meshgrid(own, *[held[o.name] for o in others], indexing="ij")
         vals = {s.name: full[s.name][combos[0].reshape(-1)]}
         for o, c in zip(others, combos[1:]):
             vals[o.name] = full[o.name][c.reshape(-1)]
         add(vals)
     # (b) a coarse product.
     coarse = {s.name: _candidates(s, shapes[s.name], coarse=True) for s in varying}
-    limit = max(2, int((budget // 3) ** (1.0 / len(varying))))
-    picked = {}
-    for s in varying:
-        c = coarse[s.name]
-        if c.shape[0] > limit:
-            sel = torch.linspace(0, c.shape[0] - 1, limit).round().long()
-            c = c[sel]
-        picked[s.name] = c
-    grids = torch.meshgrid(*[torch.arange(picked[s.name].shape[0]) for s in varying], indexing="ij")
-    add({s.name: picked[s.name][g.reshape(-1)] for s, g in zip(varying, grids)})
+    limit = int((budget // 3) ** (1.0 / len(varying)))
+    if limit >= 2:  # with many inputs even two values each would be too many points
+        picked = {}
+        for s in varying:
+            c = coarse[s.name]
+            if c.shape[0] > limit:
+                sel = torch.linspace(0, c.shape[0] - 1, limit).round().long()
+                c = c[sel]
+            picked[s.name] = c
+        grids = torch.meshgrid(*[torch.arange(picked[s.name].shape[0]) for s in varying], indexing="ij")
+        add({s.name: picked[s.name][g.reshape(-1)] for s, g in zip(varying, grids)})
     # (c) the same value for every input of the same candidates (x == y).
-    float_inputs = [s for s in varying if s.role == "float"]
-    if len(float_inputs) > 1 and len({(s.domain, shapes[s.name]) for s in float_inputs}) == 1:
+    float_inputs = [s for s in varying if s.role in FLOAT_ROLES]
+    if len(float_inputs) > 1 and len({(s.domain, s.kind, shapes[s.name]) for s in float_inputs}) == 1:
         k = full[float_inputs[0].name].shape[0]
         vals = {s.name: full[s.name] for s in float_inputs}
         for s in varying:
-            if s.role != "float":
+            if s.role not in FLOAT_ROLES:
                 vals[s.name] = full[s.name][torch.zeros(k, dtype=torch.long)]
         add(vals)
     # (d) seeded random combinations.
@@ -305,3 +524,21 @@ def point_shape(elementwise: bool, rank: int) -> Tuple[int, ...]:
 def index_shape(shape: Tuple[int, ...]) -> Tuple[int, ...]:
     """Class indices for points of `shape`: one per row (the last dimension is the classes)."""
     return tuple(shape[:-1])
+
+
+def trial_points(specs: Sequence[InputSpec], shape: Tuple[int, ...], index_shape: Tuple[int, ...],
+                 n: int) -> PointSet:
+    """A few ordinary points (the coarse candidates' first rows, side by side) to learn
+    whether an expression runs at all on inputs of this shape: cheap, unlike make_points."""
+    constants = {s.name: (float(s.value) if s.role == "float" else s.value) for s in specs if s.value is not None}
+    cols = {}
+    for s in specs:
+        if s.value is not None:
+            continue
+        cand = _candidates(s, _shape_of(s, shape, index_shape), coarse=True)
+        picks = torch.linspace(0, cand.shape[0] - 1, min(n, cand.shape[0])).round().long()
+        rows = cand[picks]
+        if rows.shape[0] < n:
+            rows = rows[torch.arange(n) % rows.shape[0]]
+        cols[s.name] = rows
+    return PointSet(cols, constants, shape, list(specs))

@@ -18,13 +18,14 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import RULES_URL
-from .findings import source_lines
+from .findings import printable, source_lines
 from .report_text import counts, summary
-from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, VERDICTS
+from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS
 from .verifier import Outcome, Verified
 
 _COLORS = {
     CONFIRMED: "#1a7f37",
+    POSSIBLE: "#8250df",
     NOT_REPRODUCED: "#6e7781",
     FIX_FAILED: "#cf222e",
     NOT_VERIFIABLE: "#9a6700",
@@ -42,7 +43,8 @@ table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
 td.bad{background:#ffebe9;color:#82071e} td.ok{background:#dafbe1;color:#116329} td.na{color:#6e7781}
-pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;overflow-x:auto;margin:4px 0;font-size:12.5px}
+pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;margin:4px 0;font-size:12.5px;white-space:pre-wrap;overflow-wrap:anywhere}
+code{white-space:pre-wrap;overflow-wrap:anywhere}
 .code{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:12px}
 .code>div{min-width:0}
 .code h3{font-size:13px;margin:4px 0;color:#57606a}
@@ -56,7 +58,8 @@ details{margin-top:6px} summary{cursor:pointer;color:#0969da}
 
 
 def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """HTML-escaped, control characters shown as escapes (text may come from a findings file)."""
+    return html.escape(printable(str(text)), quote=True)
 
 
 def _badge(verdict: str) -> str:
@@ -88,7 +91,7 @@ def render_html(outcome: Outcome) -> str:
                      f"{_badge(r.verification.verdict)}</li>")
     parts.append("</ol></nav></div>")
     for i, r in enumerate(outcome.results):
-        parts.append(_finding(i, r, plots_available))
+        parts.append(_finding(i, r, plots_available, outcome.source_roots))
     if outcome.unprobed:
         parts.append('<div class="card"><b>Findings without a probe (not verified)</b><ul>')
         for d in outcome.unprobed:
@@ -98,7 +101,7 @@ def render_html(outcome: Outcome) -> str:
     return "".join(parts)
 
 
-def _finding(i: int, r: Verified, plots: bool) -> str:
+def _finding(i: int, r: Verified, plots: bool, roots: List[str]) -> str:
     d, v = r.diagnostic, r.verification
     out = [f'<section class="card" id="f{i}">']
     out.append(f"<h2>{_e(d.where())} "
@@ -111,7 +114,7 @@ def _finding(i: int, r: Verified, plots: bool) -> str:
     out.append(f'<p class="reason">{_e(v.reason)}</p>')
     for note in v.notes:
         out.append(f'<p class="note">Note: {_e(note)}</p>')
-    out.append(_code(d, v))
+    out.append(_code(d, v, roots))
     if v.harness is not None:
         out.append(_harness_table(v.harness))
     if v.contexts:
@@ -126,9 +129,9 @@ def _finding(i: int, r: Verified, plots: bool) -> str:
     return "".join(out)
 
 
-def _code(d, v) -> str:
+def _code(d, v, roots: List[str]) -> str:
     before = after = None
-    lines = source_lines(d)
+    lines = source_lines(d, roots)
     if lines is not None:
         before = textwrap.dedent(lines["before"])
         after = textwrap.dedent(lines["after"]) if lines["after"] is not None else None
@@ -215,31 +218,93 @@ def _plot(v, plots: bool) -> str:
         return f'<div class="note">No plot: {_e(sweep["error"])}</div>'
     if not plots:
         return '<div class="note">Plot omitted: matplotlib is not installed.</div>'
-    png = plot_png(sweep)
-    if png is None:
-        return '<div class="note">No plot for this finding.</div>'
+    drawn = plot_drawing(sweep)
+    if drawn is None:
+        return ('<div class="note">No plot: along the sweep every curve is flat or missing, '
+                "so a plot would show nothing the table does not.</div>")
+    png, shown = drawn
     data = base64.b64encode(png).decode("ascii")
-    return (f'<img class="plot" alt="original vs fix along a sweep through the failure" '
-            f'src="data:image/png;base64,{data}"><div class="note">Sweep: {_e(sweep["description"])}. '
-            "Shaded: NaN/Inf of the original (red) and of the fix (blue hatched).</div>")
+    rows = []
+    if "output" in shown["rows"]:
+        rows.append(f"top row: the output{_e(shown['output'])}")
+    if "gradient" in shown["rows"]:
+        rows.append(f"{'bottom' if len(shown['rows']) > 1 else 'the'} row: the gradient w.r.t. {_e(sweep['param'])} "
+                    "(of the output, or of a fixed mix of its elements when it has several)")
+    shading = []
+    if shown["original_bad"]:
+        shading.append("red: the original is NaN/Inf")
+    if shown["fix_bad"]:
+        shading.append("blue hatched: the fix is NaN/Inf")
+    if shown["fix_worse"]:
+        shading.append("orange hatched: the fix is finite but less accurate than the original "
+                       "(more than half off where the original is within 5% of float64)")
+    caption = (f"x axis: {_e(sweep['param'])}; " + "; ".join(rows) + f". Sweep: {_e(sweep['description'])}."
+               + (f" Shaded: {'; '.join(shading)}." if shading else ""))
+    return (f'<img class="plot" alt="original, fix and float64 reference along a sweep of {_e(sweep["param"])}" '
+            f'src="data:image/png;base64,{data}"><div class="note">{caption}</div>')
+
+
+def _fix_worse(entry: Dict[str, List[float]], suffix: str) -> List[bool]:
+    """Points where the fix is finite but more than half off float64 while the original is
+    within 5% of it (a gradient flushed to 0 where the original tracks the reference)."""
+    ref, fix, orig = (entry.get(k + suffix) for k in ("reference", "fix", "original"))
+    if not (ref and fix and orig):
+        return []
+    out = []
+    for r, f, o in zip(ref, fix, orig):
+        ok = all(math.isfinite(v) for v in (r, f, o)) and r != 0
+        out.append(ok and abs(f - r) > 0.5 * abs(r) and abs(o - r) <= 0.05 * abs(r))
+    return out
+
+
+def _informative(entry: Dict[str, List[float]], suffix: str) -> bool:
+    """Something to see: a curve that moves, or a NaN/Inf region."""
+    for label in ("reference", "original", "fix"):
+        ys = entry.get(label + suffix)
+        if not ys:
+            continue
+        finite = [y for y in ys if math.isfinite(y)]
+        if len(finite) < len(ys) and label != "reference":
+            return True
+        if finite and max(finite) - min(finite) > 1e-12 * max(1.0, max(abs(y) for y in finite)):
+            return True
+    return False
 
 
 def plot_png(sweep: Optional[Dict[str, Any]]) -> Optional[bytes]:
+    drawn = plot_drawing(sweep)
+    return drawn[0] if drawn is not None else None
+
+
+def plot_drawing(sweep: Optional[Dict[str, Any]]) -> Optional[Tuple[bytes, Dict[str, Any]]]:
+    """The PNG and what it shows (rows drawn, shadings used), or None when every panel would
+    be empty or flat."""
     mpl = _matplotlib()
     if mpl is None or not sweep or not sweep.get("series"):
         return None
     Figure, FigureCanvasAgg = mpl
     series = sweep["series"]
-    names = list(series)
+    names = [n for n in series if series[n]]
     t = sweep["t"]
-    fig = Figure(figsize=(4.2 * len(names), 6.2), dpi=90)
+    kinds = [(suffix, title) for suffix, title in (("", "output"), ("_grad", f"gradient w.r.t. {sweep['param']}"))
+             if any(_informative(series[n], suffix) for n in names)]
+    if not names or not kinds:
+        return None
+    shown: Dict[str, Any] = {"rows": ["output" if s == "" else "gradient" for s, _ in kinds],
+                             "original_bad": False, "fix_bad": False, "fix_worse": False,
+                             "output": f"[{sweep.get('output_element', 0)}]" if sweep.get("output_element") else ""}
+    fig = Figure(figsize=(4.2 * len(names), 3.2 * len(kinds)), dpi=90)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(2, len(names), squeeze=False)
+    axes = fig.subplots(len(kinds), len(names), squeeze=False)
     for col, name in enumerate(names):
         entry = series[name]
-        for row, (suffix, title) in enumerate((("", "output"), ("_grad", f"gradient w.r.t. {sweep['param']}"))):
+        for row, (suffix, title) in enumerate(kinds):
             ax = axes[row][col]
-            ax.set_title(f"{name}: {title}", fontsize=10)
+            for a, b in _runs(_fix_worse(entry, suffix)):
+                shown["fix_worse"] = True
+                ax.axvspan(min(t[a], t[b]), max(t[a], t[b]), facecolor="none", edgecolor="#bc4c00",
+                           hatch="\\\\", alpha=0.6, lw=0)
+            ax.set_title(f"{name}: {title}{shown['output'] if suffix == '' else ''}", fontsize=10)
             plotted = False
             for label, color, style, lw, z in (("reference", "#8c959f", "-", 4.0, 1), ("fix", "#0969da", "-", 2.0, 2),
                                                ("original", "#cf222e", "--", 1.3, 3)):
@@ -254,6 +319,7 @@ def plot_png(sweep: Optional[Dict[str, Any]]) -> Optional[bytes]:
                     bad = [not math.isfinite(y) for y in ys]
                     for a, b in _runs(bad):
                         lo, hi = t[a], t[b]
+                        shown["original_bad" if label == "original" else "fix_bad"] = True
                         if label == "original":
                             ax.axvspan(min(lo, hi), max(lo, hi), color="#cf222e", alpha=0.15, lw=0)
                         else:
@@ -272,7 +338,7 @@ def plot_png(sweep: Optional[Dict[str, Any]]) -> Optional[bytes]:
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return buf.getvalue(), shown
 
 
 def _y_scale(ax, lists) -> None:

@@ -7,7 +7,8 @@ from collections import Counter
 from typing import Any, Dict, List
 
 from ..output.json_format import to_dict
-from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, VERDICTS
+from .findings import printable_line
+from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS
 from .verifier import Outcome
 
 
@@ -23,8 +24,10 @@ def _plural(n: int, word: str) -> str:
 def summary(outcome: Outcome) -> str:
     c = counts(outcome)
     n = len(outcome.results)
-    parts = [f"{c[CONFIRMED]} confirmed", f"{c[NOT_REPRODUCED]} not reproduced",
-             f"{c[FIX_FAILED]} fix failed"]
+    parts = [f"{c[CONFIRMED]} confirmed"]
+    if c[POSSIBLE]:
+        parts.append(f"{c[POSSIBLE]} possible (found only with inputs the analysis could not bound)")
+    parts += [f"{c[NOT_REPRODUCED]} not reproduced", f"{c[FIX_FAILED]} fix failed"]
     if c[NOT_VERIFIABLE]:
         parts.append(f"{c[NOT_VERIFIABLE]} not verifiable")
     text = (f"Verified {_plural(n, 'finding')} on {outcome.device} (torch {outcome.torch_version}) "
@@ -38,7 +41,8 @@ def render_text(outcome: Outcome) -> str:
     lines: List[str] = []
     for r in outcome.results:
         d = r.diagnostic
-        lines.append(f"{d.where()}: {d.code} {r.verification.line()}")
+        # Names and codes may come from a findings file: never let them drive the terminal.
+        lines.append(printable_line(f"{d.where()}: {d.code} {r.verification.line()}"))
     lines.append(summary(outcome))
     return "\n".join(lines) + "\n"
 

@@ -16,6 +16,7 @@ import torch
 
 from . import contexts as C
 from .evaluate import run_program
+from .inputs import FLOAT_ROLES
 from .verdict import Verification
 
 POINTS = 601
@@ -31,7 +32,7 @@ def _flat_list(t: torch.Tensor) -> List[float]:
 
 def build_sweep(p, result: Verification, device: str) -> Optional[Dict[str, Any]]:
     witness = result.witness or result.fix_witness
-    floats = [s for s in p.specs if s.value is None and s.role == "float"]
+    floats = [s for s in p.specs if s.differentiable]
     if not floats:
         return None
     base: Dict[str, torch.Tensor] = {}
@@ -39,9 +40,9 @@ def build_sweep(p, result: Verification, device: str) -> Optional[Dict[str, Any]
         if s.value is not None:
             continue
         if witness is not None and s.name in witness.inputs:
-            dtype = torch.float64 if s.role == "float" else (torch.bool if s.role == "bool" else torch.int64)
+            dtype = torch.float64 if s.role in FLOAT_ROLES else (torch.bool if s.role == "bool" else torch.int64)
             base[s.name] = _tensor(witness.inputs[s.name], dtype)
-        elif s.role == "float":
+        elif s.role in FLOAT_ROLES:
             base[s.name] = torch.zeros(p.shape, dtype=torch.float64)
         elif s.role == "bool":
             base[s.name] = torch.ones(p.shape, dtype=torch.bool)
@@ -113,7 +114,8 @@ def build_sweep(p, result: Verification, device: str) -> Optional[Dict[str, Any]
     label = f"{main.name}[{element}]" if base[main.name].dim() else main.name
     fixed = [s for s in p.specs if s is not main]
     held = ", ".join(
-        f"{s.name} = {s.value:g}" if s.value is not None else f"{s.name} as in the witness" for s in fixed)
+        f"{s.name} = {s.value:g}" if isinstance(s.value, float) else (
+            f"{s.name} = {s.value!r}" if s.value is not None else f"{s.name} as in the witness") for s in fixed)
     if scale == 0.0:
         what = f"{label} from -1 to 1 (all its elements)"
     else:

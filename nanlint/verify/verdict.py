@@ -6,6 +6,12 @@ Verdicts:
   half the significand bits where the fix is accurate), and the fix holds in every context
   (no NaN/Inf where a reference is finite and representable) and agrees with the reference
   to within the stated number of bits at 99% of the points where the reference is reliable.
+  Every varying input of the witness is bounded by what the code does (the analysis's
+  evidence, a kind such as probability/simplex/mask/count, a domain, a constant, or an
+  operation's contract such as a class-index target): the failure can happen in that code.
+- `possible`: the same, but the failure was found with an input the analysis could not
+  bound (it proved nothing about it, so any value of the dtype was tried): the failure is
+  real for such values, and whether the code produces them is not known.
 - `not-reproduced`: the original held everywhere tried (the contexts and ranges are listed).
 - `fix-failed`: the fix is NaN/Inf where it should not be, raises where the original ran,
   or disagrees with the reference (the witness says where).
@@ -19,10 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 CONFIRMED = "confirmed"
+POSSIBLE = "possible"
 NOT_REPRODUCED = "not-reproduced"
 FIX_FAILED = "fix-failed"
 NOT_VERIFIABLE = "not-verifiable"
-VERDICTS = (CONFIRMED, NOT_REPRODUCED, FIX_FAILED, NOT_VERIFIABLE)
+VERDICTS = (CONFIRMED, POSSIBLE, NOT_REPRODUCED, FIX_FAILED, NOT_VERIFIABLE)
 
 # How a point fails.
 ROUNDING = "rounding"  # NaN/Inf where the float64 value of the original is finite
@@ -254,7 +261,7 @@ class Verification:
 
     def line(self) -> str:
         """The verdict with its witness in one sentence."""
-        if self.verdict == CONFIRMED and self.witness is not None:
+        if self.verdict in (CONFIRMED, POSSIBLE) and self.witness is not None:
             return f"{self.verdict}: {self.witness.sentence()}; {self.reason}"
         if self.verdict == FIX_FAILED and self.fix_witness is not None:
             return f"{self.verdict}: the fix gives {self.fix_witness.sentence()}; {self.reason}"

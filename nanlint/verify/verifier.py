@@ -11,6 +11,7 @@ import torch
 
 from ..diagnostics import SAFE, Diagnostic
 from .expression import verify_expression
+from .findings import MALFORMED, printable_line
 from .harnesses import run_harness
 from .verdict import Verification, not_verifiable
 
@@ -27,6 +28,8 @@ class Outcome:
     results: List[Verified] = field(default_factory=list)
     unprobed: List[Diagnostic] = field(default_factory=list)  # findings with no probe
     errors: List[str] = field(default_factory=list)  # internal errors (exit code 2)
+    # Files under these paths may be quoted in the report (the paths the user linted).
+    source_roots: List[str] = field(default_factory=list)
     seconds: float = 0.0
     torch_version: str = torch.__version__
 
@@ -52,6 +55,8 @@ def verify_one(d: Diagnostic, device: str, want_sweep: bool = False) -> Verifica
     probe = d.probe
     if probe is None:
         return not_verifiable("the finding has no probe", device)
+    if probe.kind == MALFORMED:
+        return not_verifiable(f"refused: malformed probe: {dict(probe.params).get('reason', '')}", device)
     if probe.kind == "expression":
         return verify_expression(probe, device, want_sweep=want_sweep, exact=fix_is_exact(d))
     if probe.kind == "harness":
@@ -76,7 +81,8 @@ class Progress:
             self.last = now
             self.shown = True
             print(f"nanlint verify: {done}/{self.total} findings verified ({now - self.start:.1f} s); "
-                  f"next {d.path}:{d.start.row} {d.code}", file=self.stream, flush=True)
+                  f"next {printable_line(d.path)}:{d.start.row} {printable_line(d.code)}",
+                  file=self.stream, flush=True)
 
 
 def verify_all(
@@ -95,7 +101,7 @@ def verify_all(
         try:
             v = verify_one(d, device, want_sweep)
         except Exception as exc:  # noqa: BLE001 - one finding must not stop the run
-            msg = f"verifying {d.code} at {d.where()} crashed: {type(exc).__name__}: {exc}"
+            msg = printable_line(f"verifying {d.code} at {d.where()} crashed: {type(exc).__name__}: {exc}")
             out.errors.append(msg)
             v = not_verifiable(f"internal error: {type(exc).__name__}: {exc}", device)
         out.results.append(Verified(d, v))

@@ -3,8 +3,12 @@
 Everything here is a pure function of its tensor arguments: no I/O (`torch.load`,
 `torch.save`, `torch.hub`), no code loading or compilation (`torch.ops`, `torch.jit`,
 `torch.compile`, `torch.utils`), no global state (`torch.manual_seed`, `torch.set_*`), no
-in-place update, no allocation from a size argument (`torch.ones(n)`, `repeat`, `expand`),
-no escape to Python objects (`numpy`, `tolist`, `item`), no hooks and no autograd calls.
+in-place update of an existing tensor, no escape to Python objects (`numpy`, `tolist`,
+`item`), no hooks and no autograd calls. Creation from sizes (`torch.ones(n)`, `repeat`,
+`expand`, `linspace`) is allowed because every op runs inside the per-finding budget
+(budget.py: sizes and work bounded before it runs, a watchdog after); random creation draws
+from a generator seeded by the call's own text, never from the global generator, and
+`empty*` gives zeros (uninitialized memory would make the verdict depend on garbage).
 This module holds data only; it imports nothing.
 """
 
@@ -28,12 +32,16 @@ full_like masked_fill deg2rad rad2deg nextafter ldexp sinc i0 xlog1py
 
 # Whole-tensor or along-a-dimension operations (reductions, normalizations, losses, shapes).
 _STRUCTURAL = """
+cholesky
 sum mean prod nansum nanmean logsumexp softmax log_softmax softmin norm std var std_mean
 var_mean amax amin max min aminmax median cumsum cumprod logcumsumexp cummax cummin dist
 cdist cosine_similarity pairwise_distance matmul mm bmm dot inner outer vdot einsum trace
 diagonal unsqueeze squeeze flatten reshape transpose swapaxes movedim permute flip t stack cat
 concat count_nonzero all any argmax argmin mv tril triu gather take_along_dim arange
 histc bincount
+zeros ones full empty rand randn randint linspace logspace eye empty_like rand_like randn_like
+repeat_interleave tile kron cartesian_prod broadcast_to atleast_1d atleast_2d narrow select
+index_select masked_select sort topk kthvalue clone
 """.split()
 
 _SPECIAL = """
@@ -53,7 +61,7 @@ smooth_l1_loss huber_loss kl_div poisson_nll_loss gaussian_nll_loss soft_margin_
 margin_ranking_loss hinge_embedding_loss glu one_hot
 """.split()
 
-_LINALG = "vector_norm norm matrix_norm vecdot".split()
+_LINALG = "vector_norm norm matrix_norm vecdot cholesky det slogdet eigvalsh inv solve diagonal".split()
 
 ELEMENTWISE_FUNCTIONS: FrozenSet[str] = frozenset(
     [f"torch.{n}" for n in _ELEMENTWISE]
@@ -109,15 +117,45 @@ _METHODS_ELEMENTWISE = set(_ELEMENTWISE) - {"zeros_like", "ones_like", "full_lik
     "float", "half", "bfloat16", "double", "type_as", "detach", "clone", "contiguous",
     "where",
 }
-_METHODS_STRUCTURAL = set(_STRUCTURAL) - {"stack", "cat", "concat", "einsum", "cdist", "arange"} | {
+_CREATION_ONLY = {"zeros", "ones", "full", "empty", "rand", "randn", "randint", "linspace", "logspace",
+                  "eye", "empty_like", "rand_like", "randn_like", "cartesian_prod", "kron", "broadcast_to",
+                  "atleast_1d", "atleast_2d"}
+_METHODS_STRUCTURAL = set(_STRUCTURAL) - {"stack", "cat", "concat", "einsum", "cdist", "arange"} - _CREATION_ONLY | {
     "view", "view_as", "reshape_as", "expand_as", "size", "dim", "numel", "to",
+    "repeat", "expand", "long", "int", "bool", "new_zeros", "new_ones", "new_full", "new_empty",
 }
 TENSOR_METHODS_ELEMENTWISE: FrozenSet[str] = frozenset(_METHODS_ELEMENTWISE)
 TENSOR_METHODS_STRUCTURAL: FrozenSet[str] = frozenset(_METHODS_STRUCTURAL)
 TENSOR_METHODS: FrozenSet[str] = TENSOR_METHODS_ELEMENTWISE | TENSOR_METHODS_STRUCTURAL
 
 # Attributes of a tensor (or of what a whitelisted call returns) that may be read.
-TENSOR_ATTRIBUTES: FrozenSet[str] = frozenset("dtype shape ndim values indices mT".split())
+TENSOR_ATTRIBUTES: FrozenSet[str] = frozenset("dtype shape ndim values indices mT T device".split())
+
+# Functions that draw random numbers: evaluated with a generator seeded by the call's text
+# (the same text gives the same tensor, as a variable inlined twice would).
+RANDOM_FUNCTIONS: FrozenSet[str] = frozenset(
+    f"torch.{n}" for n in "rand randn randint rand_like randn_like".split()
+)
+# Creation functions whose result is a fresh tensor: the only receivers an in-place filler
+# (`torch.empty_like(x).uniform_(a, b)`) may be called on; it is evaluated out of place.
+FRESH_FUNCTIONS: FrozenSet[str] = frozenset(
+    f"torch.{n}" for n in "zeros ones full empty rand randn empty_like zeros_like ones_like full_like "
+    "rand_like randn_like".split()
+)
+FILLERS: FrozenSet[str] = frozenset("uniform_ normal_ fill_ zero_".split())
+
+# Arguments that are sizes (integers): an input passed there is a small integer, not a tensor.
+SIZE_ARGUMENT_FUNCTIONS: FrozenSet[str] = frozenset(
+    "zeros ones full empty rand randn randint eye view reshape repeat expand tile new_zeros new_ones "
+    "new_full new_empty narrow".split()
+)
+# Functions whose first argument must be symmetric positive definite: the inputs inside it
+# are generated as such matrices (the operation raises on anything else).
+SPD_ARGUMENT_FUNCTIONS: FrozenSet[str] = frozenset(
+    {"torch.linalg.cholesky", "torch.cholesky", "torch.linalg.eigvalsh"}
+)
+# Keyword arguments that take a string; an input passed there gets this value.
+STRING_KEYWORDS: Dict[str, str] = {"reduction": "mean", "mode": "constant"}
 
 # Builtins that may be called (never shadowed: a probe input named `float` is refused).
 BUILTIN_FUNCTIONS: FrozenSet[str] = frozenset("float int abs min max len".split())
