@@ -285,3 +285,62 @@ def joined(*values: Value) -> Value:
     for v in values:
         out = join(out, v)
     return out or TOP
+
+
+# ---------------------------------------------------------------------- probe domains
+
+# Counts are >= 0; the upper end only bounds the verifier's sweep.
+COUNT_DOMAIN = (0.0, 1000.0)
+DIVISOR_DOMAIN = (1.0, 1000.0)
+
+
+def count_ratio_inputs(ctx: FileContext, arg: cst.BaseExpression) -> Dict[str, ProbeInput]:
+    """Probe inputs for a ratio of counts written with local names (not inlined in its
+    probe): the counts divided are counts in [0, 1000], the divisor a count in [1, 1000] (a
+    zero divisor is another hazard), a name holding the ratio itself a probability."""
+    from ..context import free_inputs
+
+    arg = strip_parens(arg)
+    if isinstance(arg, cst.Name):
+        return {arg.value: ProbeInput("", domain=(0.0, 1.0), kind="probability", evidence="a ratio of counts")}
+    op = ctx.op(arg)
+    if op is None or op.name != "div" or len(op.args) != 2:
+        return {}
+    out = {
+        name: ProbeInput("", domain=COUNT_DOMAIN, kind="count", evidence="counted")
+        for name in free_inputs(ctx.canonical(op.args[0], inline=False))
+    }
+    for name in free_inputs(ctx.canonical(op.args[1], inline=False)):
+        out.setdefault(name, ProbeInput("", domain=DIVISOR_DOMAIN, kind="count", evidence="a divisor"))
+    return out
+
+
+def input_domains(ctx: FileContext, expr: cst.BaseExpression) -> Dict[str, ProbeInput]:
+    """A ProbeInput for each free name of `expr` (as the probe writes it, not inlined) whose
+    domain the analysis proves: a softmax -> simplex with its dim, a mask, a count, an
+    interval. Names the analysis knows nothing about are left out."""
+    from ..context import free_inputs
+
+    found: Dict[str, ProbeInput] = {}
+    for name in free_inputs(ctx.canonical(strip_parens(expr), inline=False)):
+        try:
+            node = cst.parse_expression(name)
+        except Exception:
+            continue
+        known = probe_input(ctx, node)
+        if known is not None:
+            found[name] = known
+    return found
+
+
+def relations(ctx: FileContext, names) -> Tuple[Tuple[str, str, str], ...]:
+    """Relations between probe inputs that hold here (`hi >= lo` after `if hi >= lo:`, or
+    where `hi` was taken as the max of `lo` and something)."""
+    fa = file_analysis(ctx)
+    env = _env_here(ctx, fa)
+    names = set(names)
+    out = []
+    for a, op, b in sorted(env.rels):
+        if a in names and b in names and op in (">=", ">", "<=", "<", "==", "!="):
+            out.append((a, op, b))
+    return tuple(out)

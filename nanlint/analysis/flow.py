@@ -53,6 +53,12 @@ _CREATION_PREFIX = "torch."
 _EPS_WORDS = ("eps", "epsilon", "tiny")
 
 
+def trained(v: Value) -> Value:
+    """A tensor training moves: its initializer's range says nothing about later values."""
+    return replace(v, lo=-INF, hi=INF, zero=None, nonzero=False, prob=None, simplex_dim=None,
+                   mask=False, count=False, trainable=True, learned=True)
+
+
 class Env:
     """Values of names (`x`, `self.x`) and known relations between expressions."""
 
@@ -378,8 +384,9 @@ class FileAnalysis:
     def run_small(self, small: cst.CSTNode, env: Env, frame: _Frame) -> Optional[Env]:
         if isinstance(small, cst.Assign):
             value = self.eval(small.value, env)
-            self.note_optimizer(small.value, env)
             env = env.copy()
+            for name in self.note_optimizer(small.value, env):
+                env.vars[name] = trained(env.vars.get(name, TOP))
             for t in small.targets:
                 self.assign(t.target, value, env, small.value)
             return env
@@ -424,7 +431,11 @@ class FileAnalysis:
         expr = strip_parens(expr)
         if not isinstance(expr, cst.Call):
             return env
-        self.note_optimizer(expr, env)
+        trained_names = self.note_optimizer(expr, env)
+        if trained_names:
+            env = env.copy()
+            for name in trained_names:
+                env.vars[name] = trained(env.vars.get(name, TOP))
         func = expr.func
         if not isinstance(func, cst.Attribute):
             self.eval(expr, env)  # calls record autocast callees
@@ -475,20 +486,23 @@ class FileAnalysis:
         if module.instance_of:
             self.half_owners.setdefault(module.instance_of, Evidence(self.token(call), f"`{module.instance_of}` made half precision"))
 
-    def note_optimizer(self, expr: cst.BaseExpression, env: Env) -> None:
+    def note_optimizer(self, expr: cst.BaseExpression, env: Env) -> List[str]:
         """`torch.optim.SGD([w, b], ...)`: w and b are moved by training."""
         expr = strip_parens(expr)
         if not isinstance(expr, cst.Call):
-            return
+            return []
         full = self.ctx.qualname(expr.func) or ""
         if not full.startswith("torch.optim.") or not expr.args:
-            return
+            return []
         params = strip_parens(expr.args[0].value)
+        names: List[str] = []
         if isinstance(params, (cst.List, cst.Tuple)):
             for el in params.elements:
                 name = dotted_name(el.value)
                 if name:
                     self.trainable_names.add(name)
+                    names.append(name)
+        return names
 
     def _masked_update(self, target, index, current: Value, fill: Value, env: Env, line: int) -> Value:
         """`t[cond] = v` / `t.masked_fill_(cond, v)` where cond tests t itself."""
@@ -517,7 +531,7 @@ class FileAnalysis:
         target = strip_parens(target)
         if isinstance(target, cst.Name):
             if target.value in self.trainable_names:
-                value = replace(value, trainable=True)
+                value = trained(value)
             env.vars[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
             elements = None
@@ -808,7 +822,8 @@ class FileAnalysis:
                     return replace(receiver, dtype="float16" if name != "bfloat16" else "bfloat16")
                 if name in ("to", "cuda", "cpu", "eval", "train", "float"):
                     return receiver
-                return TOP
+                # A module held in an attribute: `self.act(x)` with `self.act = nn.Softmax(1)`.
+                return self._call_value(self.eval(func, env, depth - 1), _code(ctx, func), env, line)
             if receiver.module_out is not None and name in ("to", "cuda", "cpu", "eval", "train", "half"):
                 return receiver
             if name == "new_zeros":
@@ -882,7 +897,7 @@ class FileAnalysis:
             return Value(module_out=TOP)
         if full in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             inner = self.eval(positional[0], env, depth - 1) if positional else TOP
-            return replace(inner, trainable=True, learned=True).with_evidence(line, "an `nn.Parameter`")
+            return trained(inner).with_evidence(line, "an `nn.Parameter`: moved by training", learned=True)
         if full in ("torch.linspace",) and len(positional) >= 2:
             a, b = self.eval(positional[0], env, depth - 1), self.eval(positional[1], env, depth - 1)
             return interval(min(a.lo, b.lo), max(a.hi, b.hi)).with_evidence(line, "`linspace` bounds")
@@ -927,7 +942,7 @@ class FileAnalysis:
     def _requires_grad(self, v: Value, keywords, line: int) -> Value:
         flag = keywords.get("requires_grad")
         if isinstance(flag, cst.Name) and flag.value == "True":
-            return v.with_evidence(line, "`requires_grad=True`: moved by training", trainable=True)
+            return trained(v).with_evidence(line, "`requires_grad=True`: moved by training")
         return v
 
 

@@ -16,6 +16,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, free_inputs, is_atom, node_code, parenthesize, strip_parens
 from ..ranges import sign
 from ..diagnostics import Edit, Position
@@ -87,8 +88,12 @@ def _plus_one_operand(op: Op) -> Optional[cst.BaseExpression]:
 
 def _constant(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True for an expression that reads no variable (`torch.tensor(3.0)`): its value is
-    fixed where it is written, so it cannot drift into the failing range."""
-    return not free_inputs(ctx.canonical(strip_parens(node), env))
+    fixed where it is written, so it cannot drift into the failing range. A tensor that
+    training moves (`requires_grad=True`, an `nn.Parameter`, given to an optimizer) is not
+    fixed, whatever its initializer."""
+    if free_inputs(ctx.canonical(strip_parens(node), env)):
+        return False
+    return not analysis.value(ctx, node).trainable
 
 
 def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Env):
@@ -119,10 +124,17 @@ def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Env):
 _NONNEGATIVE_OPS = ("abs", "relu", "square", "exp", "sigmoid", "softmax", "softplus")
 
 
+# exp(x) is finite in every dtype for x up to here (float16 overflows from 11.09).
+_NEVER_OVERFLOWS = 11.0
+
+
 def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True where `exp(node)` cannot overflow: `x - x.max(...)` (the stabilized form),
     `x - x.amax(...)`, `x - x.logsumexp(...)`, log-probabilities, `-abs(x)`, `-relu(x)`, and
-    any exponent that is evidently <= 0."""
+    any exponent that is evidently <= 0, also where the flow bounds it (`b - a` inside
+    `if a > b:`, `t` after `t[t > 20] = 20`)."""
+    if analysis.value(ctx, node).hi <= _NEVER_OVERFLOWS:
+        return True
     node, env, _ = _follow(ctx, strip_parens(node), env, False)
     op = ctx.op(node)
     if op is None:
