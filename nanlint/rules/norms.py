@@ -16,7 +16,7 @@ from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import is_guarded, pass_through
 from .base import SAFE, UNSAFE, Rule
-from .log_domain import _atom_src, _edit, _follow, _key, _src
+from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
 from .log_eps import handled_afterwards
 
 Env = Optional[Dict]
