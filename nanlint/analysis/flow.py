@@ -823,7 +823,15 @@ class FileAnalysis:
                 if name in ("to", "cuda", "cpu", "eval", "train", "float"):
                     return receiver
                 # A module held in an attribute: `self.act(x)` with `self.act = nn.Softmax(1)`.
-                return self._call_value(self.eval(func, env, depth - 1), _code(ctx, func), env, line)
+                held = self.eval(func, env, depth - 1)
+                if held.module_out is None and held.instance_of is None and held == TOP and (
+                    isinstance(func.value, cst.Name) and func.value.value == "self"
+                    and name in self.attrs.get(receiver.instance_of, {})
+                ):
+                    # A submodule built in the class (an encoder, a projection): its output
+                    # is a learned feature, not a value that is exactly 0 in practice.
+                    return Value(learned=True, evidence=(Evidence(line, f"output of `self.{name}`"),))
+                return self._call_value(held, _code(ctx, func), env, line)
             if receiver.module_out is not None and name in ("to", "cuda", "cpu", "eval", "train", "half"):
                 return receiver
             if name == "new_zeros":

@@ -186,7 +186,7 @@ def clamp(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     if high is not None and high.hi < INF:
         hi = min(hi, high.hi)
     return replace(a, lo=lo, hi=hi, nonzero=nonzero or lo > 0, zero=zero,
-                   module_out=None, instance_of=None,
+                   module_out=None, instance_of=None, cosine=False,
                    evidence=(a.evidence + (_ev(line, "clamp"),))[-4:])
 
 
@@ -277,6 +277,10 @@ def matmul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     a = args[0] if args else TOP
     b = args[1] if len(args) > 1 else TOP
     unit = a.unit and b.unit
+    if not unit and (a.learned or b.learned):
+        # `x @ self.weight`: the output of a linear layer.
+        return Value(learned=True, dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
+                     evidence=(a.evidence + b.evidence)[-4:])
     return Value(lo=-1.0 if unit else -INF, hi=1.0 if unit else INF, cosine=unit,
                  dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
                  evidence=(a.evidence + b.evidence)[-4:] if unit else ())

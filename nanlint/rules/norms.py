@@ -12,6 +12,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import is_guarded, pass_through
@@ -456,6 +457,11 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
             return
         if _nonzero_by_construction(ctx, numerator):
             return
+        if analysis.value(ctx, numerator).learned:
+            # A learned embedding or weight (a linear layer's output, a parameter) normalized
+            # by its own norm: exactly 0 only by a freak of training; a difference, a count or
+            # a mask still reports.
+            return
         single = not isinstance(strip_parens(dim), (cst.Tuple, cst.List))
         edits = ()
         fixed = None
@@ -676,7 +682,10 @@ Where the exact 0 angle matters, use the atan2 form."""
         arg = op.args[0]
         source = cosine_source(ctx, arg)
         if source is None:
-            return
+            flow = analysis.value(ctx, arg)
+            if not flow.cosine:
+                return
+            source = f"a dot product of unit vectors ({analysis.cite(ctx, flow)})"
         spelled = op.name if op.style == "method" else node_code(node.func)
         message = f"`{spelled}` of {source} with no clamp: " + self.message.split(": ", 1)[1]
         witness = self._witness(ctx, arg)
