@@ -16,7 +16,7 @@ transfer.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
@@ -153,10 +153,16 @@ def has_many(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     return key is not None and (key, "nonempty", "many") in env.rels
 
 
-def half_evidence(ctx: FileContext) -> Optional[Tuple[str, str]]:
-    """("float16", why) where the function being visited runs in half precision because of
-    code elsewhere in the file: its class's instance is made `.half()`, or it (or its
-    class's `forward`) is called inside an autocast region."""
+class HalfEvidence(NamedTuple):
+    source: str  # "module": its class's instance is made half; "autocast": called under autocast
+    dtype: str
+    reason: str
+
+
+def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
+    """Where the function being visited runs in float16 because of code elsewhere in the
+    file: its class's instance is made `.half()` ("module"), or it (or its class's
+    `forward`) is called inside a float16 autocast region ("autocast")."""
     fa = file_analysis(ctx)
     fn = cls = None
     for node in reversed(ctx.stack):
@@ -170,14 +176,14 @@ def half_evidence(ctx: FileContext) -> Optional[Tuple[str, str]]:
     fa.ensure_all()
     if cls is not None and cls in fa.half_owners:
         ev = fa.half_owners[cls]
-        return "float16", f"{ev.reason} at line {fa.line(ev.line)}"
+        return HalfEvidence("module", "float16", f"{ev.reason} at line {fa.line(ev.line)}")
     names = [f"{cls}.{fn.name.value}"] if cls else [fn.name.value]
     if cls is not None:
         names.append(f"{cls}.forward")
     for name in names:
         ev = fa.autocast_callees.get(name)
         if ev is not None:
-            return "float16", f"{ev.reason} at line {fa.line(ev.line)}"
+            return HalfEvidence("autocast", "float16", f"{ev.reason} at line {fa.line(ev.line)}")
     return None
 
 

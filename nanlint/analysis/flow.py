@@ -284,7 +284,8 @@ class FileAnalysis:
         if isinstance(stmt, cst.With):
             inner = env.copy()
             for item in stmt.items:
-                if self.ctx.precision is not None and self.ctx.precision.autocast_region(item.item) is not None:
+                region = self.ctx.precision.autocast_region(item.item) if self.ctx.precision is not None else None
+                if region is not None and region.effective_dtype == "float16":
                     inner.autocast = True
                 if item.asname is not None:
                     self.assign(item.asname.name, TOP, inner)

@@ -16,6 +16,7 @@ from typing import Dict, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args
 from ..ranges import FP16_ROUNDS_TO_ZERO, dtype_witness, pass_through
@@ -196,8 +197,13 @@ def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_o
             return None
         if not lowp and _lowp_output(ctx, source):
             lowp = True
+    elsewhere = analysis.half_evidence(ctx) if region is None else None
+    if elsewhere is not None and elsewhere.source == "module":
+        return f"the tensor is float16 ({elsewhere.reason})"
     if not lowp:
         return None
+    if elsewhere is not None and elsewhere.source == "autocast" and not autocast_fp32_op:
+        return f"the tensor is a matmul output, float16 under autocast ({elsewhere.reason})"
     if region is not None:
         if autocast_fp32_op and region.device != "cpu":
             return None
