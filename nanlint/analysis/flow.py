@@ -16,6 +16,7 @@ attributes (`self.act = nn.Softmax(dim=1)`, an `nn.Sequential` ending in one).
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
@@ -485,7 +486,7 @@ class FileAnalysis:
 
     def _note_half(self, module: Value, call: cst.Call) -> None:
         if module.instance_of:
-            self.half_owners.setdefault(module.instance_of, Evidence(self.token(call), f"`{module.instance_of}` made half precision"))
+            self.half_owners.setdefault(module.instance_of, Evidence(self.token(call), f"`{module.instance_of}` is made half precision"))
 
     def note_optimizer(self, expr: cst.BaseExpression, env: Env) -> List[str]:
         """`torch.optim.SGD([w, b], ...)`: w and b are moved by training."""
@@ -530,6 +531,11 @@ class FileAnalysis:
 
     def assign(self, target: cst.BaseExpression, value: Value, env: Env, source=None) -> None:
         target = strip_parens(target)
+        key = dotted_name(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+        if key is not None and env.rels:
+            # Relations about the old value no longer hold.
+            word = re.compile(r"(?<![\w.])" + re.escape(key) + r"(?![\w])")
+            env.rels = frozenset(r for r in env.rels if not (word.search(r[0]) or word.search(r[2])))
         if isinstance(target, cst.Name):
             if target.value in self.trainable_names:
                 value = trained(value)
@@ -582,6 +588,10 @@ class FileAnalysis:
             return env.copy()
         if isinstance(test, cst.Name) and test.value in ("True", "False"):
             return env.copy() if (test.value == "True") == truth else None
+        every = self._all_of(test)
+        if every is not None:
+            # `(y > 0).all()`: on the true branch every element satisfies the comparison.
+            return self.refine(every, env, True) if truth else env.copy()
         out = env.copy()
         line = self.token(test)
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
@@ -610,6 +620,34 @@ class FileAnalysis:
             if key is not None:
                 out.vars[key] = replace(self.eval(test, env), nonzero=True, zero=None)
         return out
+
+    def _all_of(self, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        """The comparison inside `(cmp).all()` / `torch.all(cmp)`, else None."""
+        if not isinstance(node, cst.Call):
+            return None
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "all" and not node.args:
+            inner = strip_parens(func.value)
+        elif self.ctx.qualname(func) == "torch.all" and len(node.args) == 1:
+            inner = strip_parens(node.args[0].value)
+        else:
+            return None
+        return inner if isinstance(inner, cst.Comparison) else None
+
+    def _extreme_subject(self, node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression]]:
+        """("min", x) for `x.min()`, `x.amin()`, `torch.min(x)`; ("max", x) likewise."""
+        node = strip_parens(node)
+        if not isinstance(node, cst.Call):
+            return None
+        full = self.ctx.qualname(node.func)
+        if full in ("torch.min", "torch.amin", "torch.max", "torch.amax") and len(node.args) == 1:
+            return ("min" if full in ("torch.min", "torch.amin") else "max"), node.args[0].value
+        func = node.func
+        if isinstance(func, cst.Attribute) and not node.args and full is None:
+            name = func.attr.value
+            if name in ("min", "amin", "max", "amax") and self.ctx.qualname(func.value) is None:
+                return ("min" if name in ("min", "amin") else "max"), func.value
+        return None
 
     def _size_subject(self, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
         """x for `x.any()`, `x.sum()`, `torch.any(x)`, `len(x)`, `x.numel()`,
@@ -648,6 +686,12 @@ class FileAnalysis:
             if (op == ">" and c >= 0) or (op == ">=" and c >= 1) or (op == "!=" and c == 0):
                 many = (op == ">" and c >= 1) or (op == ">=" and c >= 2)
                 self._mark_nonempty(inner, env, line, f"guarded by {reason}", many)
+        extreme = self._extreme_subject(subject)
+        if extreme is not None:
+            # `x.min() > 0` bounds every element from below; `x.max() < c` from above.
+            which, inner_subject = extreme
+            if (which == "min" and op in (">", ">=")) or (which == "max" and op in ("<", "<=")):
+                subject = inner_subject
         key = dotted_name(strip_parens(subject))
         if key is None:
             return
@@ -888,7 +932,7 @@ class FileAnalysis:
 
     def _note_autocast(self, name: str, env: Env, line: int) -> None:
         if env.autocast:
-            self.autocast_callees.setdefault(name, Evidence(line, f"`{name}` called under autocast"))
+            self.autocast_callees.setdefault(name, Evidence(line, f"`{name}` is called under autocast"))
 
     def _eval_torch(self, full: str, node: cst.Call, positional, keywords, env: Env, depth: int, line: int) -> Value:
         short = full[len(_CREATION_PREFIX):] if full.startswith(_CREATION_PREFIX) else None

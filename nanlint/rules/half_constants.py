@@ -199,11 +199,11 @@ def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_o
             lowp = True
     elsewhere = analysis.half_evidence(ctx) if region is None else None
     if elsewhere is not None and elsewhere.source == "module":
-        return f"the tensor is float16 ({elsewhere.reason})"
+        return f"the tensor is float16: {elsewhere.reason}"
     if not lowp:
         return None
     if elsewhere is not None and elsewhere.source == "autocast" and not autocast_fp32_op:
-        return f"the tensor is a matmul output, float16 under autocast ({elsewhere.reason})"
+        return f"the tensor is a matmul output, float16 under autocast: {elsewhere.reason}"
     if region is not None:
         if autocast_fp32_op and region.device != "cpu":
             return None
