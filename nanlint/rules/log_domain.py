@@ -347,9 +347,15 @@ are guarded (and not exactly `log_softmax`)."""
         if not found.via_local:
             text, imports = _renamed_call(ctx, softmax, "log_softmax")
             edits = (_edit(ctx, node, text),) + imports
-        fixed = _renamed_canonical(ctx.canonical(softmax.node, found.env), "log_softmax")
+        # A trainable tensor stays a free input of the probe: its initializer says nothing.
+        trained = [
+            name for name in free_inputs(ctx.canonical(softmax.args[0], found.env, inline=False))
+            if "." not in name and analysis.value(ctx, cst.Name(name)).trainable
+        ]
+        fixed = _renamed_canonical(ctx.canonical(softmax.node, found.env, keep=trained), "log_softmax")
         ctx.report(
-            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+            self, node, edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node, keep=trained), fixed),
         )
 
 
