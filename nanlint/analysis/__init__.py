@@ -20,7 +20,8 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name, strip_parens
+from ..context import FileContext, dotted_name
+from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput
 from .flow import Env, FileAnalysis
 from .values import TOP, Evidence, Value, join

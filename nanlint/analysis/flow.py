@@ -22,12 +22,22 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ..context import dotted_name, strip_parens
+from ..context import dotted_name, strip_parens as _strip
 from ..ops import match_op, number_value, split_args
 from . import transfer
 from .values import INF, TOP, Evidence, Value, interval, join, point, widen
 
 Rel = Tuple[str, str, str]
+
+
+def bare(node):
+    """`node` without enclosing parentheses (a tuple keeps them: they are part of it)."""
+    if isinstance(node, (cst.Tuple, cst.GeneratorExp)):
+        return node
+    return _strip(node)
+
+
+strip_parens = bare
 
 _FLIP = {">": "<", "<": ">", ">=": "<=", "<=": ">=", "==": "==", "!=": "!="}
 _NEGATE = {">": "<=", "<": ">=", ">=": "<", "<=": ">", "==": "!=", "!=": "=="}
