@@ -132,6 +132,22 @@ def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[st
     return v.zero, cite(ctx, v)
 
 
+# exp(x) is finite up to here: float16 overflows from 11.09, float32 and bfloat16 from 88.7.
+FLOAT16_EXP_LIMIT = 11.0
+FLOAT32_EXP_LIMIT = 88.0
+
+
+def exp_cannot_overflow(ctx: FileContext, exponent: cst.BaseExpression) -> Optional[str]:
+    """Evidence that `exp(exponent)` stays finite here: the flow bounds the exponent (a
+    branch condition, a clamp, `t[t > 20] = 20`) below the overflow edge of the dtype the
+    code runs in (float16 where the file shows half precision, else float32)."""
+    v = value(ctx, exponent)
+    half = v.dtype == "float16" or (ctx.precision is not None and ctx.precision.half_context() == "float16")
+    if v.hi <= (FLOAT16_EXP_LIMIT if half else FLOAT32_EXP_LIMIT):
+        return cite(ctx, v) or f"the exponent is at most {v.hi:g}"
+    return None
+
+
 def nonempty(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     """Evidence that a mask (or the selection it makes) has at least one True entry here."""
     v = value(ctx, expr)

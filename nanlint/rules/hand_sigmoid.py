@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, node_code, parenthesize, strip_parens
 from ..ops import number_value
 from .base import SAFE, Rule
@@ -171,6 +172,8 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
         if match is None:
             return
         argument, through_local = match
+        if analysis.exp_cannot_overflow(ctx, negate(ctx, argument)):
+            return  # `exponent = exponent.clamp(-50, 50)` before: exp stays finite
         forward_hazard = self._forward_hazard(node, ctx)
         if ctx.precision.in_no_grad and not forward_hazard:
             return  # only the gradient turns NaN, and there is none here

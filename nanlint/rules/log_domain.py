@@ -117,19 +117,12 @@ def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Env):
 _NONNEGATIVE_OPS = ("abs", "relu", "square", "exp", "sigmoid", "softmax", "softplus")
 
 
-# exp(x) is finite up to here: float16 overflows from 11.09, float32 and bfloat16 from 88.7.
-_FLOAT16_EXP_LIMIT = 11.0
-_FLOAT32_EXP_LIMIT = 88.0
-
-
 def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True where `exp(node)` cannot overflow: `x - x.max(...)` (the stabilized form),
     `x - x.amax(...)`, `x - x.logsumexp(...)`, log-probabilities, `-abs(x)`, `-relu(x)`, and
     any exponent that is evidently <= 0, also where the flow bounds it (`b - a` inside
     `if a > b:`, `t` after `t[t > 20] = 20`)."""
-    bound = analysis.value(ctx, node)
-    half = bound.dtype == "float16" or (ctx.precision is not None and ctx.precision.half_context() == "float16")
-    if bound.hi <= (_FLOAT16_EXP_LIMIT if half else _FLOAT32_EXP_LIMIT):
+    if analysis.exp_cannot_overflow(ctx, node):
         return True
     node, env, _ = _follow(ctx, strip_parens(node), env, False)
     op = ctx.op(node)

@@ -339,6 +339,25 @@ def _nonzero_by_construction(ctx: FileContext, numerator: cst.BaseExpression) ->
     return False
 
 
+def _broadcast_of(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
+    """The norm inside `n[:, None]` or `n.unsqueeze(-1)` (the keepdim of old code), else
+    `node` itself."""
+    bare = strip_parens(node)
+    if isinstance(bare, cst.Subscript) and any(
+        isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None"
+        for e in bare.slice
+    ) and all(
+        isinstance(e.slice, cst.Slice)
+        or (isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.Name, cst.Ellipsis))
+            and (not isinstance(e.slice.value, cst.Name) or e.slice.value.value == "None"))
+        for e in bare.slice
+    ):
+        return bare.value
+    if isinstance(bare, cst.Call) and isinstance(bare.func, cst.Attribute) and bare.func.attr.value == "unsqueeze":
+        return bare.func.value
+    return node
+
+
 class NormalizeByHand(Rule):
     code = "NAN110"
     fails_in = 'all (0/0 at the zero vector)'
@@ -442,7 +461,7 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
         if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
             return
         numerator, denominator = op.args
-        norm = _find(ctx, denominator, ("norm", "linalg_norm", "vector_norm"))
+        norm = _find(ctx, _broadcast_of(ctx, denominator), ("norm", "linalg_norm", "vector_norm"))
         if norm is None or not norm.op.args or not _two_norm(ctx, norm.op):
             return
         if _key(ctx, numerator, None) != _key(ctx, norm.op.args[0], norm.env):
