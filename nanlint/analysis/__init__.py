@@ -15,6 +15,7 @@ transfer.py.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Dict, NamedTuple, Optional, Tuple
 
@@ -111,13 +112,10 @@ _ZERO_REASONS = ("a softmax output", "a sigmoid output", "a ReLU output", "clamp
                  "1 - a probability", "a ratio of counts")
 
 
-def excludes_zero(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
-    """Where the flow proves `expr` is never exactly 0 (a branch, an assert, an in-place
-    clamp, a masked replacement): the evidence, else None."""
-    v = value(ctx, expr)
-    if v.excludes_zero:
-        return cite(ctx, v) or "bounded away from 0"
-    return None
+def excludes_zero(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """The flow proves `expr` is never exactly 0 here (a branch, an assert, an in-place
+    clamp, a masked replacement). `cite(ctx, value(ctx, expr))` says why."""
+    return value(ctx, expr).excludes_zero
 
 
 def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[str, str]]:
@@ -137,29 +135,28 @@ FLOAT16_EXP_LIMIT = 11.0
 FLOAT32_EXP_LIMIT = 88.0
 
 
-def exp_cannot_overflow(ctx: FileContext, exponent: cst.BaseExpression) -> Optional[str]:
-    """Evidence that `exp(exponent)` stays finite here: the flow bounds the exponent (a
-    branch condition, a clamp, `t[t > 20] = 20`) below the overflow edge of the dtype the
-    code runs in (float16 where the file shows half precision, else float32)."""
+def exp_cannot_overflow(ctx: FileContext, exponent: cst.BaseExpression) -> bool:
+    """`exp(exponent)` stays finite here: the flow bounds the exponent (a branch condition,
+    a clamp, `t[t > 20] = 20`) below the overflow edge of the dtype the code runs in
+    (float16 where the file shows half precision, else float32)."""
     v = value(ctx, exponent)
+    if v.hi == float("inf"):
+        return False
     half = v.dtype == "float16" or (ctx.precision is not None and ctx.precision.half_context() == "float16")
-    if v.hi <= (FLOAT16_EXP_LIMIT if half else FLOAT32_EXP_LIMIT):
-        return cite(ctx, v) or f"the exponent is at most {v.hi:g}"
-    return None
+    return v.hi <= (FLOAT16_EXP_LIMIT if half else FLOAT32_EXP_LIMIT)
 
 
-def nonempty(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
-    """Evidence that a mask (or the selection it makes) has at least one True entry here."""
+def nonempty(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """A mask (or the selection it makes) has at least one True entry here: a condition,
+    an assert or an early exit says so, or its classes come from `unique`."""
     v = value(ctx, expr)
     if v.nonempty:
-        return cite(ctx, v) or "a condition says it is not empty"
-    fa = file_analysis(ctx)
+        return True
     key = dotted_name(strip_parens(expr))
     if key is not None:
-        env = _env_here(ctx, fa)
-        if any(r[0] == key and r[1] == "nonempty" for r in env.rels):
-            return "a condition says it is not empty"
-    return None
+        env = _env_here(ctx, file_analysis(ctx))
+        return any(r[0] == key and r[1] == "nonempty" for r in env.rels)
+    return False
 
 
 def has_many(ctx: FileContext, expr: cst.BaseExpression) -> bool:
@@ -168,6 +165,10 @@ def has_many(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     env = _env_here(ctx, fa)
     key = dotted_name(strip_parens(expr))
     return key is not None and (key, "nonempty", "many") in env.rels
+
+
+# A file that never says these cannot make a module half or enter autocast.
+_MAY_BE_HALF = re.compile(r"\.half\(|float16|bfloat16|autocast|HalfTensor")
 
 
 class HalfEvidence(NamedTuple):
@@ -188,7 +189,7 @@ def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
         elif isinstance(node, cst.ClassDef):
             cls = node.name.value
             break
-    if fn is None:
+    if fn is None or not _MAY_BE_HALF.search(ctx.source):
         return None
     fa.ensure_all()
     if cls is not None and cls in fa.half_owners:

@@ -61,6 +61,7 @@ _LEARNED_MODULES = {
 }
 _CONTAINERS = {"torch.nn.Sequential"}
 _CREATION_PREFIX = "torch."
+_DIM_OPS = {"softmax", "sum", "max"}
 _EPS_WORDS = ("eps", "epsilon", "tiny")
 
 
@@ -104,10 +105,28 @@ def join_env(a: Optional[Env], b: Optional[Env], widening: bool = False) -> Opti
     return out
 
 
+_CODES: Dict[int, Tuple[cst.CSTNode, str]] = {}
+
+
 def _code(ctx, node: cst.CSTNode) -> str:
+    """The code of a node, memoized (codegen is the costly part of the flow); a name or an
+    attribute chain is spelled without codegen."""
+    if isinstance(node, cst.BaseExpression):
+        node = strip_parens(node)
+    name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+    if name is not None:
+        return name
+    key = id(node)
+    hit = _CODES.get(key)
+    if hit is not None and hit[0] is node:
+        return hit[1]
     from ..context import node_code
 
-    return node_code(strip_parens(node)) if isinstance(node, cst.BaseExpression) else node_code(node)
+    text = node_code(node)
+    if len(_CODES) > 50000:
+        _CODES.clear()
+    _CODES[key] = (node, text)
+    return text
 
 
 class _Frame:
@@ -831,9 +850,12 @@ class FileAnalysis:
     def _eval_op(self, op, node, env: Env, depth: int) -> Value:
         args = [self.eval(a, env, depth - 1) for a in op.args]
         kw = {k: self.eval(v, env, depth - 1) for k, v in op.kwargs.items()}
-        codes = {k: _code(self.ctx, v) for k, v in op.kwargs.items()}
-        if len(op.args) > 1:
-            codes["#1"] = _code(self.ctx, op.args[1])
+        codes: Dict[str, str] = {}
+        if op.name in _DIM_OPS:
+            # Only these ops keep their dim (a simplex, a sum along it).
+            codes = {k: _code(self.ctx, v) for k, v in op.kwargs.items() if k == "dim"}
+            if len(op.args) > 1:
+                codes["#1"] = _code(self.ctx, op.args[1])
         out = transfer.apply(op.name, args, kw, codes, self.token(node))
         if out is None:
             return TOP
