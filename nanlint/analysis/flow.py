@@ -959,6 +959,9 @@ class FileAnalysis:
                     value = replace(value, dtype=callee.dtype)
                 if value.prob:
                     return value.with_evidence(line, f"`{callee.instance_of}.forward` via `{spelled}(...)`")
+                if replace(value, evidence=()) == TOP:
+                    # A model's output with nothing more known: learned features.
+                    return Value(learned=True, evidence=(Evidence(line, f"output of `{spelled}`"),))
                 return value
         return TOP
 

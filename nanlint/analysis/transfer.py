@@ -76,6 +76,7 @@ def add(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
         zero = a.zero or b.zero
     return Value(lo=lo, hi=hi, nonzero=nonzero, zero=zero, dtype=a.dtype or b.dtype,
                  trainable=a.trainable or b.trainable, integer=a.integer and b.integer,
+                 learned=a.learned and b.learned,  # a sum of learned features (not a difference)
                  evidence=(a.evidence + b.evidence)[-4:])
 
 
