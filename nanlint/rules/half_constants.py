@@ -416,6 +416,11 @@ not reported. The guard must be visible in the expression that needs it
 (`Adam(eps=1e-8)`) is NAN404's. `sqrt(x + eps)` with eps below 5.8e-11 (and `rsqrt` below
 2.3e-10) is not reported: there even a surviving epsilon overflows float16 (the gradient
 0.5/sqrt(eps), the rsqrt itself), so the literal is not what breaks.
+
+Half precision is also seen where the file shows it elsewhere: a class whose instance is
+made `.half()` (`model = Net().half()`: every tensor in its methods is float16), or a
+function called inside a float16 autocast region (`with torch.autocast("cuda"): out =
+attend(...)`). The message says where.
 """
     example = """\
 ```python
@@ -598,6 +603,10 @@ float16; `masked_fill` itself is not autocast), or such a matmul output with
 `precision = "fp16"` in the config. In
 float32 and bfloat16 code -1e9 is harmless and not reported. The subscript form
 (`scores[mask] = -1e9`) and `torch.tensor(-1e9)` are not reported yet.
+
+A function called inside a float16 autocast region elsewhere in the file counts as running
+under autocast: its matmul outputs are float16 and the fill overflows (the message names the
+call).
 """
     example = """\
 ```python

@@ -78,6 +78,10 @@ with them) the reciprocal forms are not reported, since only their gradient fail
 The DBNet differentiable binarization step `torch.reciprocal(1 + torch.exp(-k * (x - y)))`
 with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32 and yields NaN
 gradients as soon as it runs in float16.
+
+An exponent the flow bounds is not reported: `exponent = torch.clamp(exponent, -50, 50)` in
+an earlier statement keeps `exp` finite in float32 (exp(50) = 5.2e21); where the code runs
+in float16 the bound must be below 11.09.
 """
     example = """\
 ```python

@@ -278,6 +278,11 @@ produce such gaps as a matter of course, and in float16 a gap of 18 is enough.
 `log_softmax(x)` computes `x - max - log(sum(exp(x - max)))` directly: the result is the
 finite number `-g`, and its derivatives (`[i == j] - softmax(x)[i]`) are bounded by 1. It is
 the same function in real arithmetic, with the same arguments (`dim`, `dtype=`).
+
+A softmax of a tensor written with no variable is a constant and is not reported, unless
+training moves it: `torch.rand(..., requires_grad=True)`, an `nn.Parameter`, or a tensor
+given to an optimizer (`torch.optim.SGD([w])`) can take any value after a few steps,
+whatever its initializer.
 """
     example = """\
 ```python
@@ -520,6 +525,10 @@ in float16 an input of 11.1 is enough.
 `F.softplus(x)` never forms `exp(x)` for large x: above `threshold=20` it returns `x` itself.
 That cut is exact to `log1p(exp(-x)) < e^-20 = 2.1e-9`, a relative error below 1.1e-10 (the
 float32 rounding step is 6e-8); below it the result agrees with `log1p(exp(x))`.
+
+An exponent the flow bounds is not reported: inside `if a > b:`, `b - a` is at most 0 (the
+usual two-branch log-add-exp); after `t[t > 20] = 20`, `exp(t)` is finite in float32 (not in
+float16, whose exp overflows from 11.09).
 """
     example = """\
 ```python

@@ -80,8 +80,16 @@ When the value is a softmax or sigmoid output, the better fix is to stay in log 
 and `log(1 - sigmoid(x))`, and this rule leaves those to them. A hand-written binary
 cross-entropy is NAN301's, which reports the whole expression once.
 
+The value-flow analysis follows a probability beyond the expression: a softmax or sigmoid
+returned by a method of the class (`p = self.probs(obs)` then `p.gather(...)`), a model
+whose `forward` ends in one (`model = Policy(...)`, `torch.log(model(obs))`), an
+`nn.Softmax`/`nn.Sigmoid` held in an attribute or closing an `nn.Sequential`, a helper
+function of the file; the message cites where the probability came from. Guards in other
+statements count: `x.clamp_(min=eps)`, `y[y == 0] = eps`, `q.masked_fill_(q <= 0, eps)`, a
+branch or assert that bounds the value, `0.98 * torch.sigmoid(z) + 0.01`.
+
 Not reported: values with no visible origin (a function parameter, an attribute, a model
-output: the rule does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
+output whose `forward` the file does not show: the rule does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
 `softplus`, positive constants), and the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
 whose -inf entries are the point.
 """

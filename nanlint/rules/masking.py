@@ -673,7 +673,11 @@ Not reported where the code already guards: a count plus an epsilon or clamped
 (`m.sum() + eps`, `.clamp(min=1)`, `max(m.sum(), 1)`, `torch.clamp(n, min=1)`), an enclosing
 `if mask.any():` / `if num_pos > 0:` / ternary / `torch.where` on the mask or the count, or an
 earlier `if not mask.any(): return` (or `continue`, `raise`, `assert`) in the same function; nor
-where the mask is evidently all ones.
+where the mask is evidently all ones. The value-flow analysis adds guards it can prove through
+the statements: a count tested against 0 with an early exit (`if n == 0: continue`), a mask
+compared with a class taken from `torch.unique(labels)` (every such class occurs), and a mean
+over a feature axis of the selected rows (`loss[mask].mean(-1).sum()`: an empty selection
+gives an empty result whose sum is 0, not 0 / 0).
 """
     example = """\
 ```python

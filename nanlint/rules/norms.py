@@ -393,6 +393,14 @@ Not reported: guarded divisions (`x / (x.norm(...) + eps)`, `x.norm(...).clamp(m
 checked with `isfinite`/`nan_to_num` right after, and whole-tensor normalization
 `x / x.norm()` with no `dim`. This is a forward hazard, so it is reported inside
 `torch.no_grad()` too.
+
+Learned vectors are not reported: the output of a linear layer or of a model, a parameter
+(`nn.Parameter(torch.randn(...))`), a sum of those, as in CLIP-style heads
+(`e = self.proj(x); e / e.norm(dim=-1, keepdim=True)`). They are exactly 0 only by a freak of
+training, and a rule that reports every such head teaches users to turn it off. A
+difference of learned vectors, a count or bag-of-words vector, a mask or a padding row is
+still reported. The broadcast spellings of `keepdim` (`x.norm(dim=1)[:, None]`,
+`.unsqueeze(-1)`) are matched too (without a fix).
 """
     example = """\
 ```python
@@ -641,6 +649,10 @@ matrix product of normalized embeddings, and a dot product divided by norms
 an `einsum` over a norm). `acos` of anything else is not reported, and a
 clamped argument (`c.clamp(-1, 1)`, `torch.clamp(c, -1 + eps, 1 - eps)`) is not either. The
 forward NaN does not depend on gradients, so the rule also reports inside `torch.no_grad()`.
+
+The cosine may be built in other statements and functions: `cos = (unit(a) *
+unit(b)).sum(-1)` with `unit` returning `F.normalize(...)` is a dot product of unit vectors,
+which rounding takes past ±1 just the same.
 """
     example = """\
 ```python
