@@ -789,7 +789,7 @@ class FileAnalysis:
             if base.module_out is not None and not base.instance_of:
                 # `nn.Sequential(...)[i]`: unknown member.
                 return TOP
-            out = replace(base, module_out=None, instance_of=None, count=False, mask=base.mask)
+            out = replace(base, module_out=None, instance_of=None, count=False, simplex_dim=None)
             if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
                 index = strip_parens(node.slice[0].slice.value)
                 if isinstance(index, cst.Comparison) and len(index.comparisons) == 1:

@@ -298,6 +298,11 @@ def softplus(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 
 
 def passthrough(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    """Indexing, reshaping, selecting: the values survive, a simplex along a dim does not."""
+    return _keep(args[0], simplex_dim=None) if args else TOP
+
+
+def copy(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     return _keep(args[0]) if args else TOP
 
 
@@ -360,11 +365,11 @@ OPS: Dict[str, Transfer] = {
     # Shape, selection and copy ops: values pass through.
     **{name: passthrough for name in (
         "squeeze", "unsqueeze", "view", "view_as", "reshape", "reshape_as", "flatten",
-        "transpose", "permute", "movedim", "swapaxes", "t", "contiguous", "expand",
+        "transpose", "permute", "movedim", "swapaxes", "t", "expand",
         "expand_as", "gather", "index_select", "select", "narrow", "masked_select",
-        "take_along_dim", "clone", "detach", "repeat", "flip", "roll", "cuda", "cpu",
-        "to_device", "chunk", "split", "unbind", "T", "mT", "data",
+        "take_along_dim", "repeat", "flip", "roll", "chunk", "split", "unbind", "T", "mT",
     )},
+    **{name: copy for name in ("clone", "detach", "contiguous", "cuda", "cpu", "data")},
     "half": cast("float16"), "bfloat16": cast("bfloat16"), "float": cast("float32"),
     "double": cast("float64"),
     "bincount": count, "count_nonzero": count, "histc": count,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import libcst as cst
 
 from .. import analysis
@@ -196,7 +198,7 @@ those values matter, compute the probability in float32 or stay in log space.
             node,
             message=message,
             edits=self._edits(node, op, arg, ctx),
-            probe=self._probe(node, op, arg, ctx, reason),
+            probe=self._probe(node, op, arg, ctx, reason, through),
         )
 
     def _edits(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext):
@@ -219,10 +221,19 @@ those values matter, compute the probability in float32 or stay in log space.
             replacement = f"{node_code(node.func)}({clamped})"
         return (ctx.replace(node, replacement),) + imports
 
-    def _probe(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext, reason: str):
+    def _probe(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext, reason: str,
+               through: Optional[str] = None):
         # Counts come from integer ops (bincount, comparisons) a probe cannot sweep over
         # floats: a ratio of counts is probed over its local names, with count domains.
         counts = reason == "a ratio of counts"
+        if through:
+            # The probability came through a call the verifier cannot run: probe the log of
+            # one input with the domain the analysis proved (a simplex or a probability).
+            known = analysis.probe_input(ctx, arg)
+            name = "p"
+            original = cst.parse_expression(f"{_LOGS[op.name]}({name})")
+            fixed = cst.parse_expression(f"{_LOGS[op.name]}({name}.clamp(min=torch.finfo({name}.dtype).tiny))")
+            return ctx.expression_probe(original, fixed, {name: known} if known is not None else {})
         canonical = ctx.canonical(arg, inline=not counts)
         text = node_code(canonical)
         if not is_atom(canonical):
