@@ -210,13 +210,14 @@ class FileAnalysis:
         key = id(fn)
         if key in self._done or key in self._running:
             return
+        cls = self.owner.get(key)
+        if cls is not None and cls not in self._attrs_done:
+            # Runs every method of the class, `__init__` first (this one included).
+            self.class_attrs(cls)
+            if key in self._done or key in self._running:
+                return
         self._running.add(key)
         try:
-            cls = self.owner.get(key)
-            if cls is not None:
-                self.class_attrs(cls)
-                if key in self._done:
-                    return
             self._run_function(fn, cls)
         finally:
             self._running.discard(key)
@@ -801,6 +802,10 @@ class FileAnalysis:
                         ) or (isinstance(cmp.operator, cst.GreaterThanEqual) and bound.lo > 0):
                             out = replace(out, nonzero=True, zero=None, lo=max(out.lo, 0.0))
             return out
+        if isinstance(node, (cst.Tuple, cst.List)):
+            for el in node.elements:  # calls inside count (autocast callees, half models)
+                self.eval(el.value, env, depth - 1)
+            return TOP
         if isinstance(node, cst.Comparison):
             v = Value(lo=0.0, hi=1.0, mask=True, integer=True)
             if len(node.comparisons) == 1 and isinstance(node.comparisons[0].operator, cst.Equal):
