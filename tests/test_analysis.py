@@ -83,3 +83,10 @@ def test_branch_refinement_and_relations_die_on_reassignment():
     lost = "import torch\ndef f(a, b, c):\n    if a > b:\n        a = c\n        return a + torch.log1p(torch.exp(b - a))\n"
     assert lint_source("a.py", safe, rules).diagnostics == []
     assert [d.start.row for d in lint_source("b.py", lost, rules).diagnostics] == [5]
+
+
+def test_a_masked_mean_probes_its_mask_as_a_mask():
+    source = "import torch\ndef f(pred, target, valid):\n    return (pred - target).abs()[valid].mean()\n"
+    (d,) = lint_source("m.py", source, [get_rule("NAN113")]).diagnostics
+    (valid,) = [i for i in d.probe.inputs if i.name == "valid"]
+    assert (valid.kind, valid.domain) == ("mask", (0.0, 1.0))

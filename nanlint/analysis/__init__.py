@@ -357,6 +357,24 @@ def input_domains(ctx: FileContext, expr: cst.BaseExpression) -> Dict[str, Probe
     return found
 
 
+def mask_inputs(ctx: FileContext, mask: cst.BaseExpression) -> Dict[str, ProbeInput]:
+    """A probe input of kind "mask" for a mask written as a name (`x[valid]`,
+    `(x * m).sum() / m.sum()`, possibly cast): the verifier then draws 0/1 values, the
+    all-False mask included."""
+    from ..context import free_inputs
+
+    found: Dict[str, ProbeInput] = {}
+    bare = strip_parens(mask)
+    while isinstance(bare, cst.Call) and isinstance(bare.func, cst.Attribute) and not bare.args \
+            and bare.func.attr.value in ("float", "bool", "long", "int", "half", "double"):
+        bare = strip_parens(bare.func.value)
+    if isinstance(bare, cst.Name):
+        names = free_inputs(ctx.canonical(bare))
+        if names == [bare.value]:
+            found[bare.value] = ProbeInput("", domain=(0.0, 1.0), kind="mask", evidence="used as a mask")
+    return found
+
+
 def relations(ctx: FileContext, names) -> Tuple[Tuple[str, str, str], ...]:
     """Relations between probe inputs that hold here (`hi >= lo` after `if hi >= lo:`, or
     where `hi` was taken as the max of `lo` and something)."""

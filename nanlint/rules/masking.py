@@ -792,7 +792,7 @@ there.
                 "with `if mask.any()`"
             ),
             edits=edits,
-            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+            probe=ctx.expression_probe(ctx.canonical(node), fixed, analysis.mask_inputs(ctx, mask)),
         )
 
     # (x * m).sum() / m.sum()
@@ -854,7 +854,7 @@ there.
                 "`if mask.any()`"
             ),
             edits=edits,
-            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+            probe=ctx.expression_probe(ctx.canonical(node), fixed, analysis.mask_inputs(ctx, mask)),
         )
 
     @staticmethod
