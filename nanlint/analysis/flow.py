@@ -194,7 +194,8 @@ class FileAnalysis:
     def cite(self, value: Value, count: int = 2) -> str:
         parts = []
         for ev in value.evidence[-count:]:
-            parts.append(f"{ev.reason} at line {self.line(ev.line)}")
+            row = self.line(ev.line)
+            parts.append(f"{ev.reason} at line {row}" if row else ev.reason)
         return ", ".join(dict.fromkeys(parts))
 
     # ------------------------------------------------------------------ driving

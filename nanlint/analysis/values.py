@@ -122,10 +122,24 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         learned=a.learned and b.learned,
         dtype=a.dtype if a.dtype == b.dtype else (a.dtype or b.dtype if "float16" in (a.dtype, b.dtype) else None),
         trainable=a.trainable or b.trainable,
-        module_out=a.module_out if a.module_out == b.module_out else None,
+        module_out=_joined_module(a, b),
         instance_of=a.instance_of if a.instance_of == b.instance_of else None,
         evidence=tuple(dict.fromkeys(a.evidence + b.evidence))[-4:],
     )
+
+
+def _joined_module(a: Value, b: Value) -> Optional[Value]:
+    """Two different modules on two paths (`self.visual = ViT(...)` or `ResNet(...)`): calling
+    the result gives learned features, whatever else either gives."""
+    if a.module_out == b.module_out and a.instance_of == b.instance_of:
+        return a.module_out
+    if (a.instance_of or a.module_out is not None) and (b.instance_of or b.module_out is not None):
+        if a.module_out is not None and b.module_out is not None:
+            joined = join(a.module_out, b.module_out)
+            if joined is not None and (joined.prob or joined.learned):
+                return joined
+        return Value(learned=True, evidence=(Evidence(0, "output of a submodule"),))
+    return None
 
 
 def widen(old: Value, new: Value) -> Value:
