@@ -471,6 +471,12 @@ class FileContext:
                     inputs.append(dataclasses.replace(known, name=name, value=self.constant(name)))
                 else:
                     inputs.append(ProbeInput(name=name, value=self.constant(name), domain=known))
+        if not relations and len(inputs) > 1 and self.stack:
+            # What the value-flow analysis proves between the inputs (`hi >= lo` where the
+            # code took a max and a min, `a > b` inside `if a > b:`).
+            from .analysis import relations as proven_relations
+
+            relations = proven_relations(self, [i.name for i in inputs])
         return Probe(
             kind="expression",
             original=node_code(original),

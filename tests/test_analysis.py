@@ -90,3 +90,26 @@ def test_a_masked_mean_probes_its_mask_as_a_mask():
     (d,) = lint_source("m.py", source, [get_rule("NAN113")]).diagnostics
     (valid,) = [i for i in d.probe.inputs if i.name == "valid"]
     assert (valid.kind, valid.domain) == ("mask", (0.0, 1.0))
+
+
+def test_relations_between_a_max_and_a_min_of_the_same_tensor():
+    import libcst as cst
+
+    from nanlint.context import FileContext
+    from nanlint.precision import Precision
+
+    source = (
+        "import torch\n"
+        "def scale(x, y):\n"
+        "    hi = x.max()\n"
+        "    lo = torch.min(x)\n"
+        "    other = y.min()\n"
+        "    return (x - lo) / (hi - lo)\n"
+    )
+    module = cst.parse_module(source)
+    ctx = FileContext("m.py", source, module)
+    ctx.precision = Precision(ctx)
+    fn = module.body[1]
+    ret = fn.body.body[-1]
+    ctx.stack = [module, fn, fn.body, ret]  # as the engine has it at the return
+    assert analysis.relations(ctx, ["hi", "lo", "other"]) == (("hi", ">=", "lo"),)

@@ -385,4 +385,11 @@ def relations(ctx: FileContext, names) -> Tuple[Tuple[str, str, str], ...]:
     for a, op, b in sorted(env.rels):
         if a in names and b in names and op in (">=", ">", "<=", "<", "==", "!="):
             out.append((a, op, b))
+    # `hi = x.max()`, `lo = x.min()`: hi >= lo.
+    maxima = {(a, b) for a, op, b in env.rels if op == "max_of"}
+    minima = {(a, b) for a, op, b in env.rels if op == "min_of"}
+    for hi, subject in sorted(maxima):
+        for lo, other in sorted(minima):
+            if subject == other and hi in names and lo in names and (hi, ">=", lo) not in out:
+                out.append((hi, ">=", lo))
     return tuple(out)

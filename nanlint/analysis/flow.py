@@ -422,6 +422,7 @@ class FileAnalysis:
                 env.vars[name] = trained(env.vars.get(name, TOP))
             for t in small.targets:
                 self.assign(t.target, value, env, small.value)
+            self._note_extreme(small, env)
             return env
         if isinstance(small, cst.AnnAssign):
             if small.value is None:
@@ -678,6 +679,31 @@ class FileAnalysis:
             name = func.attr.value
             if name in ("min", "amin", "max", "amax") and self.ctx.qualname(func.value) is None:
                 return ("min" if name in ("min", "amin") else "max"), func.value
+        return None
+
+    def _note_extreme(self, small: cst.Assign, env: Env) -> None:
+        """`hi = x.max()` / `lo = x.min()` (also `.amax`, `torch.max(x)`, `.values`): record
+        which extreme of which tensor a name holds, so that `hi >= lo` can be stated."""
+        if len(small.targets) != 1 or not isinstance(small.targets[0].target, cst.Name):
+            return
+        value = strip_parens(small.value)
+        if isinstance(value, cst.Attribute) and value.attr.value == "values":
+            value = strip_parens(value.value)
+        found = self._extreme_of_call(value)
+        if found is not None:
+            which, subject = found
+            env.rels = env.rels | {(small.targets[0].target.value, f"{which}_of", _code(self.ctx, subject))}
+
+    def _extreme_of_call(self, node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression]]:
+        if not isinstance(node, cst.Call):
+            return None
+        full = self.ctx.qualname(node.func)
+        if full in ("torch.min", "torch.amin", "torch.max", "torch.amax") and node.args:
+            return ("min" if full in ("torch.min", "torch.amin") else "max"), node.args[0].value
+        func = node.func
+        if isinstance(func, cst.Attribute) and full is None and self.ctx.qualname(func.value) is None:
+            if func.attr.value in ("min", "amin", "max", "amax"):
+                return ("min" if func.attr.value in ("min", "amin") else "max"), func.value
         return None
 
     def _size_subject(self, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
