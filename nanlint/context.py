@@ -43,8 +43,8 @@ def dotted_name(node: cst.BaseExpression) -> Optional[str]:
 
 
 def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
-    # A tuple's parentheses are part of it (`()` cannot lose them).
-    if getattr(node, "lpar", None) and not isinstance(node, cst.Tuple):
+    # A tuple's and a generator's parentheses are part of the value (`()` cannot lose them).
+    if getattr(node, "lpar", None) and not isinstance(node, (cst.Tuple, cst.GeneratorExp)):
         return node.with_changes(lpar=[], rpar=[])
     return node
 
@@ -500,10 +500,14 @@ class FileContext:
         node: cst.BaseExpression,
         env: Optional[Dict[str, Binding]] = None,
         inline: bool = True,
+        keep: Iterable[str] = (),
     ) -> cst.BaseExpression:
         """`node` with torch aliases spelled out in full and (with `inline`) local names
-        replaced by what they hold, as a probe's expression must stand on its own."""
-        return node.visit(_Canonicalizer(self, env if env is not None else self.scope.bindings, inline))
+        replaced by what they hold, as a probe's expression must stand on its own. Names in
+        `keep` stay free inputs (a trainable tensor: its initializer says nothing)."""
+        return node.visit(
+            _Canonicalizer(self, env if env is not None else self.scope.bindings, inline, frozenset(keep))
+        )
 
     def expression_probe(
         self,
@@ -531,6 +535,12 @@ class FileContext:
                     inputs.append(dataclasses.replace(known, name=name, value=self.constant(name)))
                 else:
                     inputs.append(ProbeInput(name=name, value=self.constant(name), domain=known))
+        if not relations and len(inputs) > 1 and self.stack:
+            # What the value-flow analysis proves between the inputs (`hi >= lo` where the
+            # code took a max and a min, `a > b` inside `if a > b:`).
+            from .analysis import relations as proven_relations
+
+            relations = proven_relations(self, [i.name for i in inputs])
         return Probe(
             kind="expression",
             original=node_code(original),
@@ -541,11 +551,12 @@ class FileContext:
 
 
 class _Canonicalizer(cst.CSTTransformer):
-    def __init__(self, ctx: FileContext, env: Dict[str, Binding], inline: bool):
+    def __init__(self, ctx: FileContext, env: Dict[str, Binding], inline: bool, keep=frozenset()):
         super().__init__()
         self.ctx = ctx
         self.env = env
         self.inline = inline
+        self.keep = keep
         self._skip: Set[int] = set()
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -574,8 +585,8 @@ class _Canonicalizer(cst.CSTTransformer):
         if id(original) in self._skip:
             return updated
         binding = self.env.get(original.value)
-        if self.inline and binding is not None and binding.value is not None:
-            inner = self.ctx.canonical(binding.value, binding.env, True)
+        if self.inline and binding is not None and binding.value is not None and original.value not in self.keep:
+            inner = self.ctx.canonical(binding.value, binding.env, True, self.keep)
             return parenthesize(inner)
         full = self.ctx.imports.names.get(original.value)
         if full is not None and full.startswith("torch") and full != original.value:

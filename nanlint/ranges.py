@@ -1,5 +1,10 @@
 """Value-range facts rules can ask about an expression.
 
+These read one expression and the local names it uses (the syntactic layer). Facts that cross
+statements, branches, calls and classes (a guard in an earlier statement, a softmax returned
+by a method, a tensor made half precision elsewhere) come from `nanlint.analysis`, which
+rules ask as well.
+
 Two questions, both answered from what the code visibly builds (never from guesses about
 names of unknown values):
 

@@ -292,7 +292,7 @@ def test_version(cli):
 
 def test_text_lines_are_sorted_by_path_line_column(cli, tmp_path):
     # Written so that discovery order, line order and column order all differ from sorted order.
-    write(tmp_path / "b.py", "import torch\nx = 1 / (1 + torch.exp(-(1 / (1 + torch.exp(-z)))))\n")
+    write(tmp_path / "b.py", "import torch\nx = 1 / (1 + torch.exp(-(1 / (1 + torch.exp(-z))) * k))\n")
     write(tmp_path / "a" / "z.py", "import torch\n\n\n\ny = 1 / (1 + torch.exp(-z))\nw = (1 + torch.exp(-z)) ** -1\n")
     write(tmp_path / "a.py", "import torch\nq = 1 / (1 + torch.exp(-z))\n")
     r = cli(".")
@@ -462,7 +462,7 @@ def test_github_annotations_escape_properties_and_data(cli, tmp_path):
 
 def test_statistics(cli, tmp_path):
     write(tmp_path / "a.py", HAZARD)
-    write(tmp_path / "b.py", "import torch\nx = 1 / (1 + torch.exp(-(1 / (1 + torch.exp(-z)))))\n")
+    write(tmp_path / "b.py", "import torch\nx = 1 / (1 + torch.exp(-(1 / (1 + torch.exp(-z))) * k))\n")
     write(tmp_path / "c.py", "import torch\ndef (:\n")
     r = cli("--statistics", ".")
     assert r.code == 1
@@ -503,11 +503,11 @@ def test_fix_reports_what_remains(cli, tmp_path):
 def test_nested_hazards_are_fixed_in_one_run(cli, tmp_path):
     path = write(
         tmp_path / "m.py",
-        "import torch\nx = 1 / (1 + torch.exp(-(1 / (1 + torch.exp(-z)))))  # two gates\n",
+        "import torch\nx = 1 / (1 + torch.exp(-(1 / (1 + torch.exp(-z))) * k))  # two gates\n",
     )
     r = cli("--fix", "m.py")
     assert r.code == 0
-    assert path.read_text() == "import torch\nx = torch.sigmoid(torch.sigmoid(z))  # two gates\n"
+    assert path.read_text() == "import torch\nx = torch.sigmoid((torch.sigmoid(z)) * k)  # two gates\n"
     assert "(2 fixed, 0 remaining)" in r.out
 
 

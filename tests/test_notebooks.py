@@ -178,10 +178,10 @@ def test_positions_in_the_file_across_escapes_and_string_sources(tmp_path, monke
     line = text.splitlines()[region["startLine"] - 1]
     assert line[region["startColumn"] - 1: region["endColumn"] - 1] == "1 / (1 + torch.exp(-z))"
     # A source stored as one string (allowed by nbformat) is fixed as one string.
-    (tmp_path / "s.ipynb").write_text(notebook(("string", "import torch\nz = torch.ones(3)\ng = 1 / (1 + torch.exp(-z))")))
+    (tmp_path / "s.ipynb").write_text(notebook(("string", "import torch\nz = encoder(batch)\ng = 1 / (1 + torch.exp(-z))")))
     code, out, _ = run(capsys, "--fix", "s.ipynb")
     data = json.loads((tmp_path / "s.ipynb").read_text())
-    assert data["cells"][0]["source"] == "import torch\nz = torch.ones(3)\ng = torch.sigmoid(z)"
+    assert data["cells"][0]["source"] == "import torch\nz = encoder(batch)\ng = torch.sigmoid(z)"
 
 
 def test_magics_are_masked_not_reported_and_restored(tmp_path, monkeypatch, capsys):
@@ -261,7 +261,7 @@ def test_top_level_await_is_not_a_syntax_error(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("indent", [None, 2, 4])
 def test_fix_keeps_the_files_own_layout(tmp_path, monkeypatch, capsys, indent):
     monkeypatch.chdir(tmp_path)
-    cells = ("import torch\n", "z = torch.ones(3)\ng = 1 / (1 + torch.exp(-z))\nprint(g)\n")
+    cells = ("import torch\n", "z = encoder(batch)\ng = 1 / (1 + torch.exp(-z))\nprint(g)\n")
     (tmp_path / "nb.ipynb").write_text(notebook(*cells, indent=indent))
     run(capsys, "--fix", "nb.ipynb")
     expected = notebook(cells[0], cells[1].replace("1 / (1 + torch.exp(-z))", "torch.sigmoid(z)"), indent=indent)

@@ -12,11 +12,11 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import can_be_zero, dtype_witness, is_guarded, probability_source
 from .base import SAFE, UNSAFE, Rule
-from .log_eps import _count_domains
 
 # ---------------------------------------------------------------------- shared matching
 
@@ -111,7 +111,7 @@ def _probe_text(ctx: FileContext, p: cst.BaseExpression, reason: str) -> Tuple[s
     text = node_code(canonical)
     if not is_atom(canonical):
         text = "(" + text + ")"
-    domains = _count_domains(ctx, p) if counts else {}
+    domains = analysis.count_ratio_inputs(ctx, p) if counts else {}
     return text, domains
 
 

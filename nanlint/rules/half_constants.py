@@ -16,6 +16,7 @@ from typing import Dict, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args
 from ..ranges import FP16_ROUNDS_TO_ZERO, dtype_witness, pass_through
@@ -196,8 +197,13 @@ def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_o
             return None
         if not lowp and _lowp_output(ctx, source):
             lowp = True
+    elsewhere = analysis.half_evidence(ctx) if region is None else None
+    if elsewhere is not None and elsewhere.source == "module":
+        return f"the tensor is float16: {elsewhere.reason}"
     if not lowp:
         return None
+    if elsewhere is not None and elsewhere.source == "autocast" and not autocast_fp32_op:
+        return f"the tensor is a matmul output, float16 under autocast: {elsewhere.reason}"
     if region is not None:
         if autocast_fp32_op and region.device != "cpu":
             return None
@@ -410,6 +416,11 @@ not reported. The guard must be visible in the expression that needs it
 (`Adam(eps=1e-8)`) is NAN404's. `sqrt(x + eps)` with eps below 5.8e-11 (and `rsqrt` below
 2.3e-10) is not reported: there even a surviving epsilon overflows float16 (the gradient
 0.5/sqrt(eps), the rsqrt itself), so the literal is not what breaks.
+
+Half precision is also seen where the file shows it elsewhere: a class whose instance is
+made `.half()` (`model = Net().half()`: every tensor in its methods is float16), or a
+function called inside a float16 autocast region (`with torch.autocast("cuda"): out =
+attend(...)`). The message says where.
 """
     example = """\
 ```python
@@ -592,6 +603,10 @@ float16; `masked_fill` itself is not autocast), or such a matmul output with
 `precision = "fp16"` in the config. In
 float32 and bfloat16 code -1e9 is harmless and not reported. The subscript form
 (`scores[mask] = -1e9`) and `torch.tensor(-1e9)` are not reported yet.
+
+A function called inside a float16 autocast region elsewhere in the file counts as running
+under autocast: its matmul outputs are float16 and the fill overflows (the message names the
+call).
 """
     example = """\
 ```python

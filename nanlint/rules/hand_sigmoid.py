@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, node_code, parenthesize, strip_parens
 from ..ops import number_value
 from .base import SAFE, Rule
@@ -77,6 +78,10 @@ with them) the reciprocal forms are not reported, since only their gradient fail
 The DBNet differentiable binarization step `torch.reciprocal(1 + torch.exp(-k * (x - y)))`
 with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32 and yields NaN
 gradients as soon as it runs in float16.
+
+An exponent the flow bounds is not reported: `exponent = torch.clamp(exponent, -50, 50)` in
+an earlier statement keeps `exp` finite in float32 (exp(50) = 5.2e21); where the code runs
+in float16 the bound must be below 11.09.
 """
     example = """\
 ```python
@@ -171,6 +176,8 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
         if match is None:
             return
         argument, through_local = match
+        if analysis.exp_cannot_overflow(ctx, negate(ctx, argument)):
+            return  # `exponent = exponent.clamp(-50, 50)` before: exp stays finite
         forward_hazard = self._forward_hazard(node, ctx)
         if ctx.precision.in_no_grad and not forward_hazard:
             return  # only the gradient turns NaN, and there is none here

@@ -16,11 +16,13 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, free_inputs, is_atom, node_code, parenthesize, strip_parens
 from ..ranges import sign
 from ..diagnostics import Edit, Position
 from ..ops import Op, number_value
 from .base import SAFE, Rule
+from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
 from .hand_sigmoid import negate
 
 # ---------------------------------------------------------------------- shared matching
@@ -35,15 +37,6 @@ class Found(NamedTuple):
     op: Op
     env: Env
     via_local: bool
-
-
-def _follow(
-    ctx: FileContext, node: cst.BaseExpression, env: Env, via_local: bool
-) -> Tuple[cst.BaseExpression, Env, bool]:
-    value, new_env = ctx.resolve(node, env)
-    if value is not node:
-        return value, new_env, True
-    return node, env, via_local
 
 
 def _find(
@@ -87,8 +80,12 @@ def _plus_one_operand(op: Op) -> Optional[cst.BaseExpression]:
 
 def _constant(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True for an expression that reads no variable (`torch.tensor(3.0)`): its value is
-    fixed where it is written, so it cannot drift into the failing range."""
-    return not free_inputs(ctx.canonical(strip_parens(node), env))
+    fixed where it is written, so it cannot drift into the failing range. A tensor that
+    training moves (`requires_grad=True`, an `nn.Parameter`, given to an optimizer) is not
+    fixed, whatever its initializer."""
+    if free_inputs(ctx.canonical(strip_parens(node), env)):
+        return False
+    return not analysis.value(ctx, node).trainable
 
 
 def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Env):
@@ -122,7 +119,10 @@ _NONNEGATIVE_OPS = ("abs", "relu", "square", "exp", "sigmoid", "softmax", "softp
 def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True where `exp(node)` cannot overflow: `x - x.max(...)` (the stabilized form),
     `x - x.amax(...)`, `x - x.logsumexp(...)`, log-probabilities, `-abs(x)`, `-relu(x)`, and
-    any exponent that is evidently <= 0."""
+    any exponent that is evidently <= 0, also where the flow bounds it (`b - a` inside
+    `if a > b:`, `t` after `t[t > 20] = 20`)."""
+    if analysis.exp_cannot_overflow(ctx, node):
+        return True
     node, env, _ = _follow(ctx, strip_parens(node), env, False)
     op = ctx.op(node)
     if op is None:
@@ -153,88 +153,9 @@ def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> b
     return False
 
 
-def _key(ctx: FileContext, node: cst.BaseExpression, env: Env) -> str:
-    """The expression's meaning for comparing two operands (aliases and locals resolved,
-    layout ignored)."""
-    return re.sub(r"\s+", "", node_code(ctx.canonical(strip_parens(node), env)))
-
-
-def _drop_comma(text: str) -> str:
-    """`text` without its first comma outside a comment (a trailing argument comma)."""
-    in_comment = False
-    for i, ch in enumerate(text):
-        if ch == "#":
-            in_comment = True
-        elif ch == "\n":
-            in_comment = False
-        elif ch == "," and not in_comment:
-            return text[:i] + text[i + 1:]
-    return text
-
-
-def _edit(ctx: FileContext, node: cst.BaseExpression, text: str) -> Edit:
-    """Replace `node` by `text` (always a call, an atom).
-
-    - Comments between a one-argument call's parentheses and its argument are kept, with
-      the parentheses: `torch.log(  # note` + newline + `F.softmax(x, -1))` becomes
-      `(  # note` + newline + `F.log_softmax(x, -1))`.
-    - Parentheses that only enclosed the replaced expression go with it:
-      `alpha * (torch.exp(x) - 1)` becomes `alpha * torch.expm1(x)`; they stay where a
-      keyword or name touches them (`return(torch.exp(x) - 1)`).
-    """
-    start, end = ctx.span(node)
-    if isinstance(node, cst.Call) and len(node.args) == 1 and not node.args[0].keyword:
-        source = ctx.source
-        func_end = ctx.span(node.func)[1]
-        arg_start, arg_end = ctx.span(node.args[0].value)
-        head = source[ctx.offset(func_end): ctx.offset(arg_start)]
-        tail = source[ctx.offset(arg_end): ctx.offset(end)]
-        if "#" in head or "#" in tail:
-            head = head[head.index("(") + 1:]
-            return ctx.replace(node, f"({head}{text}{_drop_comma(tail)}")
-    count = len(getattr(node, "lpar", ()))
-    if count and count == len(getattr(node, "rpar", ())):
-        first, last = ctx.line_text(start.row), ctx.line_text(end.row)
-        i, j = start.column - 1, end.column - 1
-        for _ in range(count):
-            i = len(first[:i].rstrip(" \t"))
-            j = len(last) - len(last[j:].lstrip(" \t"))
-            if i == 0 or first[i - 1] != "(" or j >= len(last) or last[j] != ")":
-                break
-            i, j = i - 1, j + 1
-        else:
-            if not (i > 0 and (first[i - 1].isalnum() or first[i - 1] == "_")):
-                return Edit(Position(start.row, i + 1), Position(end.row, j + 1), text)
-    return ctx.replace(node, text)
-
-
-def _bare(node: cst.BaseExpression) -> cst.BaseExpression:
-    """`node` without enclosing parentheses, except where they are part of the value
-    (a tuple `(1, 2)`, a generator expression)."""
-    if isinstance(node, (cst.Tuple, cst.GeneratorExp)):
-        return node
-    return strip_parens(node)
-
-
 def _code(node: cst.BaseExpression) -> str:
     """The code of a node built here (a canonical expression), without enclosing parens."""
-    return node_code(_bare(node))
-
-
-def _src(ctx: FileContext, node: cst.CSTNode) -> str:
-    """The source text of a node of the file, exactly as written (continuation lines keep
-    their indentation; the node's own enclosing parentheses are not included)."""
-    start, end = ctx.span(node)
-    text = ctx.source[ctx.offset(start): ctx.offset(end)]
-    if isinstance(node, (cst.Tuple, cst.GeneratorExp)) and node.lpar:
-        return f"({text})"  # these parentheses are part of the value: `dim=(1, 2)`
-    return text
-
-
-def _atom_src(ctx: FileContext, node: cst.BaseExpression) -> str:
-    """`_src`, parenthesized where a method call on it needs it (`(a + b).log1p()`)."""
-    text = _src(ctx, node)
-    return text if is_atom(strip_parens(node)) else f"({text})"
+    return node_code(strip_parens(node))
 
 
 def _renamed_attribute(ctx: FileContext, func: cst.Attribute, new_name: str) -> str:
@@ -292,7 +213,7 @@ def _other_args(op: Op) -> List[cst.Arg]:
 def _canonical_args(ctx: FileContext, args: List[cst.Arg], env: Env) -> List[str]:
     out = []
     for arg in args:
-        value = _code(ctx.canonical(_bare(arg.value), env))
+        value = _code(ctx.canonical(strip_parens(arg.value), env))
         out.append(f"{arg.keyword.value}={value}" if arg.keyword is not None else value)
     return out
 
@@ -348,6 +269,11 @@ produce such gaps as a matter of course, and in float16 a gap of 18 is enough.
 `log_softmax(x)` computes `x - max - log(sum(exp(x - max)))` directly: the result is the
 finite number `-g`, and its derivatives (`[i == j] - softmax(x)[i]`) are bounded by 1. It is
 the same function in real arithmetic, with the same arguments (`dim`, `dtype=`).
+
+A softmax of a tensor written with no variable is a constant and is not reported, unless
+training moves it: `torch.rand(..., requires_grad=True)`, an `nn.Parameter`, or a tensor
+given to an optimizer (`torch.optim.SGD([w])`) can take any value after a few steps,
+whatever its initializer.
 """
     example = """\
 ```python
@@ -410,9 +336,15 @@ are guarded (and not exactly `log_softmax`)."""
         if not found.via_local:
             text, imports = _renamed_call(ctx, softmax, "log_softmax")
             edits = (_edit(ctx, node, text),) + imports
-        fixed = _renamed_canonical(ctx.canonical(softmax.node, found.env), "log_softmax")
+        # A trainable tensor stays a free input of the probe: its initializer says nothing.
+        trained = [
+            name for name in free_inputs(ctx.canonical(softmax.args[0], found.env, inline=False))
+            if "." not in name and analysis.value(ctx, cst.Name(name)).trainable
+        ]
+        fixed = _renamed_canonical(ctx.canonical(softmax.node, found.env, keep=trained), "log_softmax")
         ctx.report(
-            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+            self, node, edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node, keep=trained), fixed),
         )
 
 
@@ -584,6 +516,10 @@ in float16 an input of 11.1 is enough.
 `F.softplus(x)` never forms `exp(x)` for large x: above `threshold=20` it returns `x` itself.
 That cut is exact to `log1p(exp(-x)) < e^-20 = 2.1e-9`, a relative error below 1.1e-10 (the
 float32 rounding step is 6e-8); below it the result agrees with `log1p(exp(x))`.
+
+An exponent the flow bounds is not reported: inside `if a > b:`, `b - a` is at most 0 (the
+usual two-branch log-add-exp); after `t[t > 20] = 20`, `exp(t)` is finite in float32 (not in
+float16, whose exp overflows from 11.09).
 """
     example = """\
 ```python
@@ -958,7 +894,7 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
             canonical_input = ctx.canonical(argument, exp.env)
             if whole:
                 canonical_input = cst.parse_expression(
-                    f"{node_code(parenthesize(_bare(canonical_input)))}.flatten()"
+                    f"{node_code(parenthesize(strip_parens(canonical_input)))}.flatten()"
                 )
             canonical_rest = ["0"] if whole else _canonical_args(ctx, rest, total.env)
             fixed = cst.parse_expression(

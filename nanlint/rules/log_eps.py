@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Optional
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import number_value
 from ..ranges import can_be_zero, dtype_witness, is_guarded
@@ -15,9 +16,6 @@ from .bce import abstract_calls, inside_hand_bce
 _LOGS = {"log": "torch.log", "log2": "torch.log2", "log10": "torch.log10"}
 # How a reason from ranges.can_be_zero reads inside the message's parentheses.
 _PHRASES = {"clamp(min=0)": "a `clamp(min=0)` output"}
-# Counts are >= 0; the upper end only bounds the verifier's sweep.
-_COUNT_DOMAIN = (0.0, 1000.0)
-_DIVISOR_DOMAIN = (1.0, 1000.0)
 
 
 def log_domain_case(ctx: FileContext, arg: cst.BaseExpression) -> bool:
@@ -36,22 +34,6 @@ def log_domain_case(ctx: FileContext, arg: cst.BaseExpression) -> bool:
             inner_op = ctx.op(strip_parens(inner))
             return inner_op is not None and inner_op.name == "sigmoid" and len(inner_op.args) == 1
     return False
-
-
-def _count_domains(ctx: FileContext, arg: cst.BaseExpression) -> Dict[str, Tuple[float, float]]:
-    """Domains for a ratio of counts written with local names (not inlined in its probe):
-    the counts divided are in [0, 1000], the divisor in [1, 1000] (a zero divisor is another
-    hazard), a name holding the ratio itself in [0, 1]."""
-    arg = strip_parens(arg)
-    if isinstance(arg, cst.Name):
-        return {arg.value: (0.0, 1.0)}
-    op = ctx.op(arg)
-    if op is None or op.name != "div" or len(op.args) != 2:
-        return {}
-    domains = {name: _COUNT_DOMAIN for name in free_inputs(ctx.canonical(op.args[0], inline=False))}
-    for name in free_inputs(ctx.canonical(op.args[1], inline=False)):
-        domains.setdefault(name, _DIVISOR_DOMAIN)
-    return domains
 
 
 _HANDLED = r"\b(?:isfinite|isinf|isneginf|nan_to_num)\(\s*{name}\b"
@@ -100,8 +82,16 @@ When the value is a softmax or sigmoid output, the better fix is to stay in log 
 and `log(1 - sigmoid(x))`, and this rule leaves those to them. A hand-written binary
 cross-entropy is NAN301's, which reports the whole expression once.
 
+The value-flow analysis follows a probability beyond the expression: a softmax or sigmoid
+returned by a method of the class (`p = self.probs(obs)` then `p.gather(...)`), a model
+whose `forward` ends in one (`model = Policy(...)`, `torch.log(model(obs))`), an
+`nn.Softmax`/`nn.Sigmoid` held in an attribute or closing an `nn.Sequential`, a helper
+function of the file; the message cites where the probability came from. Guards in other
+statements count: `x.clamp_(min=eps)`, `y[y == 0] = eps`, `q.masked_fill_(q <= 0, eps)`, a
+branch or assert that bounds the value, `0.98 * torch.sigmoid(z) + 0.01`.
+
 Not reported: values with no visible origin (a function parameter, an attribute, a model
-output: the rule does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
+output whose `forward` the file does not show: the rule does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
 `softplus`, positive constants), and the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
 whose -inf entries are the point.
 """
@@ -178,28 +168,37 @@ those values matter, compute the probability in float32 or stay in log space.
         arg = op.args[0]
         if op.name == "log" and log_domain_case(ctx, arg):
             return
-        if is_guarded(ctx, arg):
+        if is_guarded(ctx, arg) or analysis.excludes_zero(ctx, arg):
             return
         reason = can_be_zero(ctx, arg)
+        through = None
         if reason is None:
-            return
+            # Beyond the expression: a softmax returned by a method, a model's forward...
+            found = analysis.zero_reason(ctx, arg)
+            if found is None:
+                return
+            reason, through = found
         if inside_hand_bce(ctx, node) or handled_afterwards(ctx, node):
             return
         spelled = op.name if op.style == "method" else node_code(node.func)
         origin = _PHRASES.get(reason, reason)
+        if through:
+            origin = f"{origin}: {through}"
         message = (
             f"`{spelled}` of a value that can be exactly 0 ({origin}): {op.name}(0) = -inf and its "
             "gradient is inf, NaN once multiplied by 0; clamp the argument at "
             "`torch.finfo(dtype).tiny`"
         )
-        if reason in ("a softmax output", "a sigmoid output"):
+        if reason in ("a softmax output", "a sigmoid output") and through:
+            message += ", or better, return logits and use `log_softmax` / `logsigmoid`"
+        elif reason in ("a softmax output", "a sigmoid output"):
             message += ", or better, stay in log space (`log_softmax`, `logsigmoid`)"
         ctx.report(
             self,
             node,
             message=message,
             edits=self._edits(node, op, arg, ctx),
-            probe=self._probe(node, op, arg, ctx, reason),
+            probe=self._probe(node, op, arg, ctx, reason, through),
         )
 
     def _edits(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext):
@@ -222,10 +221,19 @@ those values matter, compute the probability in float32 or stay in log space.
             replacement = f"{node_code(node.func)}({clamped})"
         return (ctx.replace(node, replacement),) + imports
 
-    def _probe(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext, reason: str):
+    def _probe(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext, reason: str,
+               through: Optional[str] = None):
         # Counts come from integer ops (bincount, comparisons) a probe cannot sweep over
         # floats: a ratio of counts is probed over its local names, with count domains.
         counts = reason == "a ratio of counts"
+        if through:
+            # The probability came through a call the verifier cannot run: probe the log of
+            # one input with the domain the analysis proved (a simplex or a probability).
+            known = analysis.probe_input(ctx, arg)
+            name = "p"
+            original = cst.parse_expression(f"{_LOGS[op.name]}({name})")
+            fixed = cst.parse_expression(f"{_LOGS[op.name]}({name}.clamp(min=torch.finfo({name}.dtype).tiny))")
+            return ctx.expression_probe(original, fixed, {name: known} if known is not None else {})
         canonical = ctx.canonical(arg, inline=not counts)
         text = node_code(canonical)
         if not is_atom(canonical):
@@ -235,5 +243,5 @@ those values matter, compute the probability in float32 or stay in log space.
             f"{_LOGS[op.name]}({text}.clamp(min=torch.finfo({text}.dtype).tiny))"
         )
         original, fixed = abstract_calls(original, fixed)
-        domains = _count_domains(ctx, arg) if counts else {}
+        domains = analysis.count_ratio_inputs(ctx, arg) if counts else analysis.input_domains(ctx, arg)
         return ctx.expression_probe(original, fixed, domains)

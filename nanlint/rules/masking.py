@@ -8,46 +8,14 @@ from typing import Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from .. import analysis
+from ..analysis import conditions
 from ..context import FileContext, dotted_name, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args as split_args_safe
 from ..ranges import guard
 from .base import SAFE, UNSAFE, Rule
 
 # --------------------------------------------------------------------------- shared helpers
-
-
-def _names(ctx: FileContext, node: cst.CSTNode, follow: bool = True, depth: int = 3) -> Set[str]:
-    """The variables an expression reads (`x`, `self.scale`), through local assignments."""
-    found: Set[str] = set()
-
-    def walk(n: cst.CSTNode, d: int) -> None:
-        if isinstance(n, cst.Call):
-            # The callee is a function, not data; its receiver (`x.abs()`) is data.
-            if isinstance(n.func, cst.Attribute):
-                q = ctx.qualname(n.func)
-                if q is None or not q.startswith("torch"):
-                    walk(n.func.value, d)
-            for a in n.args:
-                walk(a.value, d)
-            return
-        name = dotted_name(n) if isinstance(n, (cst.Name, cst.Attribute)) else None
-        if name is not None:
-            q = ctx.qualname(n)
-            if q is not None and (q.startswith("torch") or q.startswith("math")):
-                return
-            if name in ("self", "True", "False", "None"):
-                return
-            found.add(name)
-            if follow and d > 0 and isinstance(n, cst.Name):
-                value = ctx.value_of(n, 1)
-                if value is not n:
-                    walk(value, d - 1)
-            return
-        for child in n.children:
-            walk(child, d)
-
-    walk(node, depth)
-    return found
 
 
 def _torch_call(ctx: FileContext, node: cst.CSTNode, *short: str) -> Optional[Tuple[str, str]]:
@@ -471,7 +439,7 @@ variable, the finding comes without a fix.
             for n in _descendants(cond)
         ):
             return
-        cond_names = _names(ctx, cond)
+        cond_names = conditions.names_read(ctx, cond)
         if not cond_names:
             return
         hits: List[Tuple[cst.BaseExpression, str, cst.BaseExpression, bool]] = []
@@ -674,43 +642,6 @@ def _count_guarded(ctx: FileContext, node: cst.BaseExpression) -> bool:
     return False
 
 
-def _tests_in_scope(ctx: FileContext) -> Iterable[cst.BaseExpression]:
-    """Conditions the current expression runs under: enclosing `if`/`elif`/`while`/ternary
-    tests and `torch.where` conditions, and earlier `if ...: return/continue/raise` and
-    `assert` statements in every enclosing block."""
-    stack = ctx.stack
-    for i, n in enumerate(stack):
-        if isinstance(n, (cst.If, cst.While)) and i + 1 < len(stack):
-            yield n.test
-        elif isinstance(n, cst.IfExp):
-            yield n.test
-        elif isinstance(n, cst.Call) and _torch_call(ctx, n, "where") is not None and n.args:
-            yield n.args[0].value
-        body = getattr(n, "body", None)
-        if isinstance(body, (list, tuple)) and i + 1 < len(stack):
-            child = stack[i + 1]
-            for stmt in body:
-                if stmt is child:
-                    break
-                if isinstance(stmt, cst.If):
-                    inner = stmt.body.body if isinstance(stmt.body, cst.IndentedBlock) else stmt.body.body
-                    last = inner[-1] if inner else None
-                    smalls = last.body if isinstance(last, cst.SimpleStatementLine) else []
-                    if any(isinstance(s, _EXIT) for s in smalls):
-                        yield stmt.test
-                elif isinstance(stmt, cst.SimpleStatementLine):
-                    for s in stmt.body:
-                        if isinstance(s, cst.Assert):
-                            yield s.test
-
-
-def _guarded_by_branch(ctx: FileContext, names: Set[str]) -> bool:
-    for test in _tests_in_scope(ctx):
-        if _names(ctx, test) & names:
-            return True
-    return False
-
-
 class MaskedMeanEmpty(Rule):
     code = "NAN113"
     fails_in = 'all (empty mask)'
@@ -742,7 +673,11 @@ Not reported where the code already guards: a count plus an epsilon or clamped
 (`m.sum() + eps`, `.clamp(min=1)`, `max(m.sum(), 1)`, `torch.clamp(n, min=1)`), an enclosing
 `if mask.any():` / `if num_pos > 0:` / ternary / `torch.where` on the mask or the count, or an
 earlier `if not mask.any(): return` (or `continue`, `raise`, `assert`) in the same function; nor
-where the mask is evidently all ones.
+where the mask is evidently all ones. The value-flow analysis adds guards it can prove through
+the statements: a count tested against 0 with an early exit (`if n == 0: continue`), a mask
+compared with a class taken from `torch.unique(labels)` (every such class occurs), and a mean
+over a feature axis of the selected rows (`loss[mask].mean(-1).sum()`: an empty selection
+gives an empty result whose sum is 0, not 0 / 0).
 """
     example = """\
 ```python
@@ -813,10 +748,15 @@ there.
         if found is None:
             return
         subscript, mask = found
-        if self._exempt(ctx, mask):
+        if self._exempt(ctx, mask) or analysis.nonempty(ctx, mask):
             return
-        names = _names(ctx, mask) | _names(ctx, subscript.value, follow=False)
-        if _guarded_by_branch(ctx, names) or self._handled_after(ctx, node):
+        dim = op.arg(1, "dim")
+        if dim is not None and number_value(strip_parens(dim)) not in (None, 0):
+            # `loss[mask].mean(-1)`: a mean over the feature axis of each selected row; an
+            # empty selection gives an empty result (its sum is 0), not 0 / 0.
+            return
+        names = conditions.names_read(ctx, mask) | conditions.names_read(ctx, subscript.value, follow=False)
+        if conditions.guarded_by_condition(ctx, names) or self._handled_after(ctx, node):
             return
         edits = ()
         fixed = None
@@ -852,7 +792,7 @@ there.
                 "with `if mask.any()`"
             ),
             edits=edits,
-            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+            probe=ctx.expression_probe(ctx.canonical(node), fixed, analysis.mask_inputs(ctx, mask)),
         )
 
     # (x * m).sum() / m.sum()
@@ -892,8 +832,10 @@ there.
             return
         if _count_guarded(ctx, count_node):
             return
-        names = _names(ctx, mask) | ({count_node.value} if isinstance(count_node, cst.Name) else set())
-        if _guarded_by_branch(ctx, names) or self._handled_after(ctx, node):
+        if analysis.nonempty(ctx, mask) or analysis.excludes_zero(ctx, count_node):
+            return
+        names = conditions.names_read(ctx, mask) | ({count_node.value} if isinstance(count_node, cst.Name) else set())
+        if conditions.guarded_by_condition(ctx, names) or self._handled_after(ctx, node):
             return
         if ctx.precision is not None and self._inside_guarding_call(ctx):
             return
@@ -912,7 +854,7 @@ there.
                 "`if mask.any()`"
             ),
             edits=edits,
-            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+            probe=ctx.expression_probe(ctx.canonical(node), fixed, analysis.mask_inputs(ctx, mask)),
         )
 
     @staticmethod

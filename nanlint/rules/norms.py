@@ -12,11 +12,12 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import is_guarded, pass_through
 from .base import SAFE, UNSAFE, Rule
-from .log_domain import _atom_src, _edit, _follow, _key, _src
+from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
 from .log_eps import handled_afterwards
 
 Env = Optional[Dict]
@@ -338,6 +339,25 @@ def _nonzero_by_construction(ctx: FileContext, numerator: cst.BaseExpression) ->
     return False
 
 
+def _broadcast_of(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
+    """The norm inside `n[:, None]` or `n.unsqueeze(-1)` (the keepdim of old code), else
+    `node` itself."""
+    bare = strip_parens(node)
+    if isinstance(bare, cst.Subscript) and any(
+        isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None"
+        for e in bare.slice
+    ) and all(
+        isinstance(e.slice, cst.Slice)
+        or (isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.Name, cst.Ellipsis))
+            and (not isinstance(e.slice.value, cst.Name) or e.slice.value.value == "None"))
+        for e in bare.slice
+    ):
+        return bare.value
+    if isinstance(bare, cst.Call) and isinstance(bare.func, cst.Attribute) and bare.func.attr.value == "unsqueeze":
+        return bare.func.value
+    return node
+
+
 class NormalizeByHand(Rule):
     code = "NAN110"
     fails_in = 'all (0/0 at the zero vector)'
@@ -373,6 +393,14 @@ Not reported: guarded divisions (`x / (x.norm(...) + eps)`, `x.norm(...).clamp(m
 checked with `isfinite`/`nan_to_num` right after, and whole-tensor normalization
 `x / x.norm()` with no `dim`. This is a forward hazard, so it is reported inside
 `torch.no_grad()` too.
+
+Learned vectors are not reported: the output of a linear layer or of a model, a parameter
+(`nn.Parameter(torch.randn(...))`), a sum of those, as in CLIP-style heads
+(`e = self.proj(x); e / e.norm(dim=-1, keepdim=True)`). They are exactly 0 only by a freak of
+training, and a rule that reports every such head teaches users to turn it off. A
+difference of learned vectors, a count or bag-of-words vector, a mask or a padding row is
+still reported. The broadcast spellings of `keepdim` (`x.norm(dim=1)[:, None]`,
+`.unsqueeze(-1)`) are matched too (without a fix).
 """
     example = """\
 ```python
@@ -441,7 +469,7 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
         if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
             return
         numerator, denominator = op.args
-        norm = _find(ctx, denominator, ("norm", "linalg_norm", "vector_norm"))
+        norm = _find(ctx, _broadcast_of(ctx, denominator), ("norm", "linalg_norm", "vector_norm"))
         if norm is None or not norm.op.args or not _two_norm(ctx, norm.op):
             return
         if _key(ctx, numerator, None) != _key(ctx, norm.op.args[0], norm.env):
@@ -455,6 +483,11 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
         if handled_afterwards(ctx, node) or _inside_zero_test(ctx, node, denominator):
             return
         if _nonzero_by_construction(ctx, numerator):
+            return
+        if analysis.value(ctx, numerator).learned:
+            # A learned embedding or weight (a linear layer's output, a parameter) normalized
+            # by its own norm: exactly 0 only by a freak of training; a difference, a count or
+            # a mask still reports.
             return
         single = not isinstance(strip_parens(dim), (cst.Tuple, cst.List))
         edits = ()
@@ -616,6 +649,10 @@ matrix product of normalized embeddings, and a dot product divided by norms
 an `einsum` over a norm). `acos` of anything else is not reported, and a
 clamped argument (`c.clamp(-1, 1)`, `torch.clamp(c, -1 + eps, 1 - eps)`) is not either. The
 forward NaN does not depend on gradients, so the rule also reports inside `torch.no_grad()`.
+
+The cosine may be built in other statements and functions: `cos = (unit(a) *
+unit(b)).sum(-1)` with `unit` returning `F.normalize(...)` is a dot product of unit vectors,
+which rounding takes past ±1 just the same.
 """
     example = """\
 ```python
@@ -676,7 +713,10 @@ Where the exact 0 angle matters, use the atan2 form."""
         arg = op.args[0]
         source = cosine_source(ctx, arg)
         if source is None:
-            return
+            flow = analysis.value(ctx, arg)
+            if not flow.cosine:
+                return
+            source = f"a dot product of unit vectors ({analysis.cite(ctx, flow)})"
         spelled = op.name if op.style == "method" else node_code(node.func)
         message = f"`{spelled}` of {source} with no clamp: " + self.message.split(": ", 1)[1]
         witness = self._witness(ctx, arg)

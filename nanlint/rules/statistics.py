@@ -10,7 +10,7 @@ import libcst as cst
 from ..context import FileContext, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import guard, probability_source, sign
-from .masking import _guarded_by_branch, _names
+from ..analysis import conditions
 from .base import SAFE, UNSAFE, Rule
 
 Env = Optional[dict]
@@ -270,7 +270,7 @@ larger epsilon where the data's scale calls for it.
             edit, fixed = self._div_fix(ctx, op, denominator)
         else:
             return
-        if _guarded_by_branch(ctx, _names(ctx, op.args[-1], follow=False)):
+        if conditions.guarded_by_condition(ctx, conditions.names_read(ctx, op.args[-1], follow=False)):
             return  # `if (var < eps).any(): return ...` earlier, or an enclosing test
         ctx.report(
             self,

@@ -296,7 +296,8 @@ class _Facts:
                 scaled_by = node_code(receiver.func.value)
             return make("backward", receiver=code, scaled_by=scaled_by)
         if method == "step":
-            if not positional and not keywords and self.is_optimizer(receiver):
+            # Keyword options (`closure=`, a wrapper's `optimize_sparse_params=`) are still a step.
+            if not positional and self.is_optimizer(receiver):
                 return make("step", receiver=code)
             if len(positional) == 1 and self.is_scaler(receiver, region):
                 return make("scaler_step", receiver=code, argument=positional[0])

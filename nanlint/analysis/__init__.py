@@ -1,0 +1,395 @@
+"""The value-flow analysis every rule asks: what an expression holds where it is written.
+
+    from nanlint import analysis
+    v = analysis.value(ctx, expr)          # a Value at the node being visited
+    analysis.cite(ctx, v)                  # "softmax at line 12, returned by `Agent.probs` ..."
+    analysis.zero_reason(ctx, expr)        # why exact 0 is reachable, with its evidence
+    analysis.half_evidence(ctx)            # this function runs in float16/bfloat16, and why
+    analysis.summarize_module(ctx)         # picklable summaries for a project index
+
+It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
+it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values
+and their evidence are in values.py; what each torch op does to them, in one table, in
+transfer.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Dict, NamedTuple, Optional, Tuple
+
+import libcst as cst
+
+from ..context import FileContext, dotted_name
+from .flow import bare as strip_parens
+from ..diagnostics import ProbeInput
+from .flow import Env, FileAnalysis
+from .values import TOP, Evidence, Value, join
+
+__all__ = [
+    "Evidence", "Value", "FileAnalysis", "ModuleSummary", "FunctionSummary", "ClassSummary",
+    "file_analysis", "value", "cite", "zero_reason", "excludes_zero", "half_evidence",
+    "nonempty", "probe_input", "summarize_module",
+]
+
+
+def file_analysis(ctx: FileContext) -> FileAnalysis:
+    found = getattr(ctx, "_analysis", None)
+    if found is None:
+        found = FileAnalysis(ctx)
+        ctx._analysis = found  # type: ignore[attr-defined]
+    return found
+
+
+def _env_here(ctx: FileContext, fa: FileAnalysis) -> Env:
+    """The environment before the innermost statement being visited, refined by the
+    conditional expressions (`a if c else b`) the node sits in."""
+    stack = ctx.stack
+    fn = None
+    for node in reversed(stack):
+        if isinstance(node, cst.FunctionDef):
+            fn = node
+            break
+    fa.ensure_module()
+    if fn is not None:
+        fa.ensure_function(fn)
+    env: Optional[Env] = None
+    at = -1
+    for i in range(len(stack) - 1, -1, -1):
+        env = fa.env_before.get(id(stack[i]))
+        if env is not None:
+            at = i
+            break
+    if env is None:
+        return fa.module_env or Env()
+    for i in range(at + 1, len(stack) - 1):
+        node = stack[i]
+        if isinstance(node, cst.IfExp):
+            branch = fa.refine(node.test, env, stack[i + 1] is node.body)
+            if branch is not None:
+                env = branch
+        elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp, cst.Lambda)):
+            env = env.copy()
+            for name in _bound_inside(node):
+                env.vars[name] = TOP
+    return env
+
+
+def _bound_inside(node: cst.CSTNode):
+    """Names a comprehension or lambda binds (they shadow the function's)."""
+    if isinstance(node, cst.Lambda):
+        for p in node.params.params:
+            yield p.name.value
+        return
+    comp = getattr(node, "for_in", None)
+    while comp is not None:
+        stack = [comp.target]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, cst.Name):
+                yield t.value
+            elif isinstance(t, (cst.Tuple, cst.List)):
+                stack.extend(e.value for e in t.elements)
+        comp = comp.inner_for_in
+
+
+def value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
+    """What `expr` holds at the node being visited (memoized per function)."""
+    fa = file_analysis(ctx)
+    try:
+        return fa.eval(expr, _env_here(ctx, fa))
+    except RecursionError:
+        return TOP
+
+
+def cite(ctx: FileContext, v: Value, count: int = 2) -> str:
+    return file_analysis(ctx).cite(v, count)
+
+
+# Zero reasons rules report on (others, such as `torch.rand`, belong to dedicated rules).
+_ZERO_REASONS = ("a softmax output", "a sigmoid output", "a ReLU output", "clamp(min=0)",
+                 "1 - a probability", "a ratio of counts")
+
+
+def excludes_zero(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """The flow proves `expr` is never exactly 0 here (a branch, an assert, an in-place
+    clamp, a masked replacement). `cite(ctx, value(ctx, expr))` says why."""
+    return value(ctx, expr).excludes_zero
+
+
+def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[str, str]]:
+    """(reason, evidence) where exact 0 is reachable through what the flow sees beyond one
+    expression: a softmax or sigmoid returned by a function, a method, a model's `forward`
+    or a module held in an attribute. None where nothing says so."""
+    v = value(ctx, expr)
+    if v.excludes_zero or v.zero not in _ZERO_REASONS:
+        return None
+    if not any(("returned by" in e.reason or "output" in e.reason or "forward" in e.reason) for e in v.evidence):
+        return None
+    return v.zero, cite(ctx, v)
+
+
+# exp(x) is finite up to here: float16 overflows from 11.09, float32 and bfloat16 from 88.7.
+FLOAT16_EXP_LIMIT = 11.0
+FLOAT32_EXP_LIMIT = 88.0
+
+
+def exp_cannot_overflow(ctx: FileContext, exponent: cst.BaseExpression) -> bool:
+    """`exp(exponent)` stays finite here: the flow bounds the exponent (a branch condition,
+    a clamp, `t[t > 20] = 20`) below the overflow edge of the dtype the code runs in
+    (float16 where the file shows half precision, else float32)."""
+    v = value(ctx, exponent)
+    if v.hi == float("inf"):
+        return False
+    half = v.dtype == "float16" or (ctx.precision is not None and ctx.precision.half_context() == "float16")
+    return v.hi <= (FLOAT16_EXP_LIMIT if half else FLOAT32_EXP_LIMIT)
+
+
+def nonempty(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """A mask (or the selection it makes) has at least one True entry here: a condition,
+    an assert or an early exit says so, or its classes come from `unique`."""
+    v = value(ctx, expr)
+    if v.nonempty:
+        return True
+    key = dotted_name(strip_parens(expr))
+    if key is not None:
+        env = _env_here(ctx, file_analysis(ctx))
+        return any(r[0] == key and r[1] == "nonempty" for r in env.rels)
+    return False
+
+
+def has_many(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """A condition or assert says `expr` holds more than one element (`assert n > 1`)."""
+    fa = file_analysis(ctx)
+    env = _env_here(ctx, fa)
+    key = dotted_name(strip_parens(expr))
+    return key is not None and (key, "nonempty", "many") in env.rels
+
+
+# A file that never says these cannot make a module half or enter autocast.
+_MAY_BE_HALF = re.compile(r"\.half\(|float16|bfloat16|autocast|HalfTensor")
+
+
+class HalfEvidence(NamedTuple):
+    source: str  # "module": its class's instance is made half; "autocast": called under autocast
+    dtype: str
+    reason: str
+
+
+def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
+    """Where the function being visited runs in float16 because of code elsewhere in the
+    file: its class's instance is made `.half()` ("module"), or it (or its class's
+    `forward`) is called inside a float16 autocast region ("autocast")."""
+    fa = file_analysis(ctx)
+    fn = cls = None
+    for node in reversed(ctx.stack):
+        if isinstance(node, cst.FunctionDef) and fn is None:
+            fn = node
+        elif isinstance(node, cst.ClassDef):
+            cls = node.name.value
+            break
+    if fn is None or not _MAY_BE_HALF.search(ctx.source):
+        return None
+    fa.ensure_all()
+    if cls is not None and cls in fa.half_owners:
+        ev = fa.half_owners[cls]
+        return HalfEvidence("module", "float16", f"{ev.reason} at line {fa.line(ev.line)}")
+    names = [f"{cls}.{fn.name.value}"] if cls else [fn.name.value]
+    if cls is not None:
+        names.append(f"{cls}.forward")
+    for name in names:
+        ev = fa.autocast_callees.get(name)
+        if ev is not None:
+            return HalfEvidence("autocast", "float16", f"{ev.reason} at line {fa.line(ev.line)}")
+    return None
+
+
+def probe_input(ctx: FileContext, expr: cst.BaseExpression) -> Optional[ProbeInput]:
+    """The domain the analysis proves for a probe input (its name is set by the probe)."""
+    v = value(ctx, expr)
+    evidence = cite(ctx, v)
+    if v.prob == "softmax" and v.simplex_dim is not None:
+        dim = _int(v.simplex_dim)
+        return ProbeInput(name="", domain=(0.0, 1.0), kind="simplex" if dim is not None else "probability",
+                          dim=dim, evidence=evidence)
+    if v.prob:
+        return ProbeInput(name="", domain=(0.0, 1.0), kind="probability", evidence=evidence)
+    if v.mask:
+        return ProbeInput(name="", domain=(0.0, 1.0), kind="mask", evidence=evidence)
+    if v.count:
+        return ProbeInput(name="", domain=(1.0 if v.nonempty else 0.0, 1000.0), kind="count", evidence=evidence)
+    if v.lo > float("-inf") or v.hi < float("inf"):
+        lo = v.lo if v.lo > float("-inf") else -1e4
+        hi = v.hi if v.hi < float("inf") else 1e4
+        return ProbeInput(name="", domain=(lo, hi), kind="integer" if v.integer else "real", evidence=evidence)
+    return None
+
+
+def _int(text: Optional[str]) -> Optional[int]:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    """What calling a function of the file returns (parameters unknown), and in which
+    precision it runs where the file shows it."""
+
+    name: str
+    returns: Value
+    half: Optional[str] = None  # why it runs in half precision, if the file shows it
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    name: str
+    bases: Tuple[str, ...]
+    methods: Dict[str, FunctionSummary] = field(default_factory=dict)
+    attributes: Dict[str, Value] = field(default_factory=dict)  # self.x, joined over methods
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    """Plain, picklable facts about one module (no CST nodes; evidence lines resolved)."""
+
+    path: str
+    functions: Dict[str, FunctionSummary]
+    classes: Dict[str, ClassSummary]
+    trainable: Tuple[str, ...] = ()
+
+
+def _resolved(fa: FileAnalysis, v: Value) -> Value:
+    ev = tuple(Evidence(fa.line(e.line), e.reason) for e in v.evidence)
+    out = v.module_out
+    return replace(v, evidence=ev, module_out=_resolved(fa, out) if out is not None else None)
+
+
+def summarize_module(source) -> ModuleSummary:
+    """Summaries of every function, class, method and attribute of one module. `source` is a
+    FileContext, or a (path, text) pair parsed here."""
+    if isinstance(source, tuple):
+        path, text = source
+        from ..precision import Precision
+
+        ctx = FileContext(path, text, cst.parse_module(text))
+        ctx.precision = Precision(ctx)
+    else:
+        ctx = source
+    fa = file_analysis(ctx)
+    fa.ensure_all()
+
+    def half_of(name: str) -> Optional[str]:
+        ev = fa.autocast_callees.get(name)
+        return f"{ev.reason} at line {fa.line(ev.line)}" if ev else None
+
+    functions = {
+        name: FunctionSummary(name, _resolved(fa, fa.function_return(fn)), half_of(name))
+        for name, fn in fa.functions.items()
+    }
+    classes = {}
+    for cname, node in fa.classes.items():
+        methods = {
+            m: FunctionSummary(m, _resolved(fa, fa.function_return(fn)), half_of(f"{cname}.{m}"))
+            for m, fn in fa.methods.get(cname, {}).items()
+        }
+        bases = tuple(dotted_name(b.value) or "?" for b in node.bases)
+        attrs = {k: _resolved(fa, v) for k, v in fa.class_attrs(cname).items()}
+        classes[cname] = ClassSummary(cname, bases, methods, attrs)
+    return ModuleSummary(ctx.path, functions, classes, tuple(sorted(fa.trainable_names)))
+
+
+def joined(*values: Value) -> Value:
+    out: Optional[Value] = None
+    for v in values:
+        out = join(out, v)
+    return out or TOP
+
+
+# ---------------------------------------------------------------------- probe domains
+
+# Counts are >= 0; the upper end only bounds the verifier's sweep.
+COUNT_DOMAIN = (0.0, 1000.0)
+DIVISOR_DOMAIN = (1.0, 1000.0)
+
+
+def count_ratio_inputs(ctx: FileContext, arg: cst.BaseExpression) -> Dict[str, ProbeInput]:
+    """Probe inputs for a ratio of counts written with local names (not inlined in its
+    probe): the counts divided are counts in [0, 1000], the divisor a count in [1, 1000] (a
+    zero divisor is another hazard), a name holding the ratio itself a probability."""
+    from ..context import free_inputs
+
+    arg = strip_parens(arg)
+    if isinstance(arg, cst.Name):
+        return {arg.value: ProbeInput("", domain=(0.0, 1.0), kind="probability", evidence="a ratio of counts")}
+    op = ctx.op(arg)
+    if op is None or op.name != "div" or len(op.args) != 2:
+        return {}
+    out = {
+        name: ProbeInput("", domain=COUNT_DOMAIN, kind="count", evidence="counted")
+        for name in free_inputs(ctx.canonical(op.args[0], inline=False))
+    }
+    for name in free_inputs(ctx.canonical(op.args[1], inline=False)):
+        out.setdefault(name, ProbeInput("", domain=DIVISOR_DOMAIN, kind="count", evidence="a divisor"))
+    return out
+
+
+def input_domains(ctx: FileContext, expr: cst.BaseExpression) -> Dict[str, ProbeInput]:
+    """A ProbeInput for each free name of `expr` (as the probe writes it, not inlined) whose
+    domain the analysis proves: a softmax -> simplex with its dim, a mask, a count, an
+    interval. Names the analysis knows nothing about are left out."""
+    from ..context import free_inputs
+
+    found: Dict[str, ProbeInput] = {}
+    for name in free_inputs(ctx.canonical(strip_parens(expr), inline=False)):
+        try:
+            node = cst.parse_expression(name)
+        except Exception:
+            continue
+        known = probe_input(ctx, node)
+        if known is not None:
+            found[name] = known
+    return found
+
+
+def mask_inputs(ctx: FileContext, mask: cst.BaseExpression) -> Dict[str, ProbeInput]:
+    """A probe input of kind "mask" for a mask written as a name (`x[valid]`,
+    `(x * m).sum() / m.sum()`, possibly cast): the verifier then draws 0/1 values, the
+    all-False mask included."""
+    from ..context import free_inputs
+
+    found: Dict[str, ProbeInput] = {}
+    bare = strip_parens(mask)
+    while isinstance(bare, cst.Call) and isinstance(bare.func, cst.Attribute) and not bare.args \
+            and bare.func.attr.value in ("float", "bool", "long", "int", "half", "double"):
+        bare = strip_parens(bare.func.value)
+    if isinstance(bare, cst.Name):
+        names = free_inputs(ctx.canonical(bare))
+        if names == [bare.value]:
+            found[bare.value] = ProbeInput("", domain=(0.0, 1.0), kind="mask", evidence="used as a mask")
+    return found
+
+
+def relations(ctx: FileContext, names) -> Tuple[Tuple[str, str, str], ...]:
+    """Relations between probe inputs that hold here (`hi >= lo` after `if hi >= lo:`, or
+    where `hi` was taken as the max of `lo` and something)."""
+    fa = file_analysis(ctx)
+    env = _env_here(ctx, fa)
+    names = set(names)
+    out = []
+    for a, op, b in sorted(env.rels):
+        if a in names and b in names and op in (">=", ">", "<=", "<", "==", "!="):
+            out.append((a, op, b))
+    # `hi = x.max()`, `lo = x.min()`: hi >= lo.
+    maxima = {(a, b) for a, op, b in env.rels if op == "max_of"}
+    minima = {(a, b) for a, op, b in env.rels if op == "min_of"}
+    for hi, subject in sorted(maxima):
+        for lo, other in sorted(minima):
+            if subject == other and hi in names and lo in names and (hi, ">=", lo) not in out:
+                out.append((hi, ">=", lo))
+    return tuple(out)

@@ -1,0 +1,1062 @@
+"""Flow of abstract values through a file's statements.
+
+`FileAnalysis` interprets each function body (and the module's top level) once, in statement
+order, when a rule first asks about a value in it: assignments (tuple unpacking, `self.x`,
+augmented), in-place tensor methods and masked assignments (`x.clamp_(min=eps)`,
+`t[t > 20] = 20`, `x[x == 0] = eps`), `if/elif/else` with the condition refining each branch
+and a join after, early `return/continue/break/raise` (what follows sees the other branch),
+`assert`, loops to a fixed point (widening after two passes), `try`, `with` (autocast
+regions). It records the environment before every statement, so a rule at any node gets the
+value of an expression as it is there.
+
+Calls inside the file are followed through summaries: a function's or method's return value
+(`self.probs(x)`, `helper(x)`), `Cls(...)(x)` and `self.attr(x)` to `forward`, modules held in
+attributes (`self.act = nn.Softmax(dim=1)`, an `nn.Sequential` ending in one).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from ..context import dotted_name, strip_parens as _strip
+from ..ops import match_op, number_value, split_args
+from . import transfer
+from .values import INF, TOP, Evidence, Value, interval, join, point, widen
+
+Rel = Tuple[str, str, str]
+
+
+bare = strip_parens = _strip  # a tuple's or generator's parentheses are kept: part of the value
+
+_FLIP = {">": "<", "<": ">", ">=": "<=", "<=": ">=", "==": "==", "!=": "!="}
+_NEGATE = {">": "<=", "<": ">=", ">=": "<", "<=": ">", "==": "!=", "!=": "=="}
+_CMP = {
+    cst.GreaterThan: ">", cst.LessThan: "<", cst.GreaterThanEqual: ">=",
+    cst.LessThanEqual: "<=", cst.Equal: "==", cst.NotEqual: "!=",
+}
+_IN_PLACE = {
+    "clamp_": "clamp", "clip_": "clamp", "clamp_min_": "clamp_min", "add_": "add",
+    "mul_": "mul", "div_": "div", "sub_": "sub", "exp_": "exp", "relu_": "relu",
+    "sigmoid_": "sigmoid", "abs_": "abs", "sqrt_": "sqrt", "pow_": "pow", "log_": "log",
+    "softmax_": "softmax", "neg_": "neg",
+}
+_MODULE_OPS = {
+    "torch.nn.Softmax": "softmax", "torch.nn.Softmin": "softmax", "torch.nn.Sigmoid": "sigmoid",
+    "torch.nn.ReLU": "relu", "torch.nn.Tanh": "tanh", "torch.nn.Softplus": "softplus",
+}
+_LEARNED_MODULES = {
+    "torch.nn.Linear", "torch.nn.Embedding", "torch.nn.Conv1d", "torch.nn.Conv2d",
+    "torch.nn.Conv3d", "torch.nn.Bilinear", "torch.nn.LazyLinear",
+}
+_CONTAINERS = {"torch.nn.Sequential"}
+_CREATION_PREFIX = "torch."
+_DIM_OPS = {"softmax", "sum", "max"}
+_EPS_WORDS = ("eps", "epsilon", "tiny")
+
+
+def trained(v: Value) -> Value:
+    """A tensor training moves: its initializer's range says nothing about later values."""
+    return replace(v, lo=-INF, hi=INF, zero=None, nonzero=False, prob=None, simplex_dim=None,
+                   mask=False, count=False, trainable=True, learned=True)
+
+
+class Env:
+    """Values of names (`x`, `self.x`) and known relations between expressions."""
+
+    __slots__ = ("vars", "rels", "autocast")
+
+    def __init__(self, vars=None, rels: FrozenSet[Rel] = frozenset(), autocast: bool = False):
+        self.vars: Dict[str, Value] = dict(vars or {})
+        self.rels = rels
+        self.autocast = autocast
+
+    def copy(self) -> "Env":
+        return Env(self.vars, self.rels, self.autocast)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Env) and self.vars == other.vars and self.rels == other.rels
+
+
+def join_env(a: Optional[Env], b: Optional[Env], widening: bool = False) -> Optional[Env]:
+    if a is None:
+        return b.copy() if b is not None else None
+    if b is None:
+        return a.copy()
+    out = Env(rels=a.rels & b.rels, autocast=a.autocast and b.autocast)
+    for key in a.vars.keys() | b.vars.keys():
+        va, vb = a.vars.get(key), b.vars.get(key)
+        if va is None or vb is None:
+            out.vars[key] = TOP  # bound on one path only
+        elif widening:
+            out.vars[key] = widen(va, vb)
+        else:
+            out.vars[key] = join(va, vb)  # type: ignore[assignment]
+    return out
+
+
+_CODES: Dict[int, Tuple[cst.CSTNode, str]] = {}
+
+
+def _code(ctx, node: cst.CSTNode) -> str:
+    """The code of a node, memoized (codegen is the costly part of the flow); a name or an
+    attribute chain is spelled without codegen."""
+    if isinstance(node, cst.BaseExpression):
+        node = strip_parens(node)
+    name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+    if name is not None:
+        return name
+    key = id(node)
+    hit = _CODES.get(key)
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    from ..context import node_code
+
+    text = node_code(node)
+    if len(_CODES) > 50000:
+        _CODES.clear()
+    _CODES[key] = (node, text)
+    return text
+
+
+class _Frame:
+    """One function being interpreted: its returns, and the loop exits in flight."""
+
+    def __init__(self, cls: Optional[str]):
+        self.cls = cls
+        self.returns: Optional[Value] = None
+        self.returned = False
+        self.loops: List[Tuple[List[Env], List[Env]]] = []  # (continues, breaks)
+
+
+class FileAnalysis:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        module = ctx.module
+        self.functions: Dict[str, cst.FunctionDef] = {}
+        self.classes: Dict[str, cst.ClassDef] = {}
+        self.methods: Dict[str, Dict[str, cst.FunctionDef]] = {}
+        self.owner: Dict[int, Optional[str]] = {}  # id(function) -> class name
+        for stmt in module.body:
+            if isinstance(stmt, cst.FunctionDef):
+                self.functions[stmt.name.value] = stmt
+                self.owner[id(stmt)] = None
+            elif isinstance(stmt, cst.ClassDef):
+                self.classes[stmt.name.value] = stmt
+                table = self.methods.setdefault(stmt.name.value, {})
+                for item in stmt.body.body:
+                    if isinstance(item, cst.FunctionDef):
+                        table[item.name.value] = item
+                        self.owner[id(item)] = stmt.name.value
+        self.env_before: Dict[int, Env] = {}
+        self.returns: Dict[int, Value] = {}
+        self._done: Set[int] = set()
+        self._running: Set[int] = set()
+        self.attrs: Dict[str, Dict[str, Value]] = {}
+        self._attrs_done: Set[str] = set()
+        self.module_env: Optional[Env] = None
+        # Evidence that a class's instances / a function run in half precision.
+        self.half_owners: Dict[str, Evidence] = {}
+        self.autocast_callees: Dict[str, Evidence] = {}
+        self.trainable_names: Set[str] = set()
+        self._tokens: List[cst.CSTNode] = []
+        self._token_of: Dict[int, int] = {}
+        self._all_done = False
+
+    # ------------------------------------------------------------------ evidence lines
+    def token(self, node: cst.CSTNode) -> int:
+        """A stand-in for `node`'s line (positions are computed only when a message cites)."""
+        key = id(node)
+        t = self._token_of.get(key)
+        if t is None:
+            self._tokens.append(node)
+            t = self._token_of[key] = -len(self._tokens)
+        return t
+
+    def line(self, token: int) -> int:
+        if token >= 0:
+            return token
+        try:
+            return self.ctx.span(self._tokens[-token - 1])[0].row
+        except Exception:
+            return 0
+
+    def cite(self, value: Value, count: int = 2) -> str:
+        parts = []
+        for ev in value.evidence[-count:]:
+            row = self.line(ev.line)
+            parts.append(f"{ev.reason} at line {row}" if row else ev.reason)
+        return ", ".join(dict.fromkeys(parts))
+
+    # ------------------------------------------------------------------ driving
+    def ensure_module(self) -> Env:
+        if self.module_env is None:
+            self.module_env = Env()
+            frame = _Frame(None)
+            out = self.run_block(self.ctx.module.body, Env(), frame)
+            self.module_env = out or Env()
+        return self.module_env
+
+    def ensure_function(self, fn: cst.FunctionDef) -> None:
+        key = id(fn)
+        if key in self._done or key in self._running:
+            return
+        cls = self.owner.get(key)
+        if cls is not None and cls not in self._attrs_done:
+            # Runs every method of the class, `__init__` first (this one included).
+            self.class_attrs(cls)
+            if key in self._done or key in self._running:
+                return
+        self._running.add(key)
+        try:
+            self._run_function(fn, cls)
+        finally:
+            self._running.discard(key)
+
+    def _run_function(self, fn: cst.FunctionDef, cls: Optional[str]) -> None:
+        key = id(fn)
+        env = Env()
+        params = fn.params
+        every = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+        for i, p in enumerate(every):
+            name = p.name.value
+            if i == 0 and cls is not None and name == "self":
+                env.vars[name] = Value(instance_of=cls)
+            elif any(w in name.lower() for w in _EPS_WORDS):
+                env.vars[name] = Value(lo=0.0, nonzero=True)
+            else:
+                env.vars[name] = TOP
+        frame = _Frame(cls)
+        self.run_block(fn.body.body if isinstance(fn.body, cst.IndentedBlock) else fn.body.body, env, frame)
+        self.returns[key] = frame.returns if frame.returned else TOP
+        self._done.add(key)
+
+    def ensure_all(self) -> None:
+        """Run every flow of the file (for facts that come from anywhere: `.half()` models,
+        autocast regions calling a function, optimizers)."""
+        if self._all_done:
+            return
+        self._all_done = True
+        self.ensure_module()
+        for fn in self.functions.values():
+            self.ensure_function(fn)
+        for table in self.methods.values():
+            for fn in table.values():
+                self.ensure_function(fn)
+
+    def class_attrs(self, cls: str) -> Dict[str, Value]:
+        table = self.attrs.setdefault(cls, {})
+        if cls in self._attrs_done:
+            return table
+        self._attrs_done.add(cls)
+        methods = self.methods.get(cls, {})
+        ordered = sorted(methods.values(), key=lambda f: f.name.value != "__init__")
+        for fn in ordered:
+            if id(fn) not in self._done and id(fn) not in self._running:
+                self._running.add(id(fn))
+                try:
+                    self._run_function(fn, cls)
+                finally:
+                    self._running.discard(id(fn))
+        return table
+
+    def function_return(self, fn: cst.FunctionDef) -> Value:
+        self.ensure_function(fn)
+        return self.returns.get(id(fn), TOP)
+
+    def method(self, cls: Optional[str], name: str, depth: int = 4) -> Optional[cst.FunctionDef]:
+        while cls is not None and depth > 0:
+            found = self.methods.get(cls, {}).get(name)
+            if found is not None:
+                return found
+            node = self.classes.get(cls)
+            base = None
+            if node is not None:
+                for b in node.bases:
+                    if isinstance(b.value, cst.Name) and b.value.value in self.classes:
+                        base = b.value.value
+                        break
+            cls, depth = base, depth - 1
+        return None
+
+    # ------------------------------------------------------------------ statements
+    def run_block(self, body, env: Optional[Env], frame: _Frame) -> Optional[Env]:
+        for stmt in body:
+            if env is None:
+                return None
+            self.env_before[id(stmt)] = env
+            env = self.run_statement(stmt, env, frame)
+        return env
+
+    def _suite(self, suite) -> list:
+        return list(suite.body) if suite is not None else []
+
+    def run_statement(self, stmt: cst.CSTNode, env: Env, frame: _Frame) -> Optional[Env]:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if env is None:
+                    return None
+                self.env_before[id(small)] = env
+                env = self.run_small(small, env, frame)
+            return env
+        if isinstance(stmt, cst.If):
+            return self.run_if(stmt, env, frame)
+        if isinstance(stmt, (cst.For, cst.While)):
+            return self.run_loop(stmt, env, frame)
+        if isinstance(stmt, cst.With):
+            inner = env.copy()
+            for item in stmt.items:
+                region = self.ctx.precision.autocast_region(item.item) if self.ctx.precision is not None else None
+                if region is not None and region.effective_dtype == "float16":
+                    inner.autocast = True
+                if item.asname is not None:
+                    self.assign(item.asname.name, TOP, inner)
+            out = self.run_block(self._suite(stmt.body), inner, frame)
+            if out is not None:
+                out.autocast = env.autocast
+            return out
+        if isinstance(stmt, cst.Try):
+            body_out = self.run_block(self._suite(stmt.body), env.copy(), frame)
+            out = body_out
+            if stmt.orelse is not None and body_out is not None:
+                out = self.run_block(self._suite(stmt.orelse.body), body_out, frame)
+            for handler in stmt.handlers:
+                h_env = join_env(env, body_out) or env.copy()
+                if handler.name is not None:
+                    self.assign(handler.name.name, TOP, h_env)
+                out = join_env(out, self.run_block(self._suite(handler.body), h_env, frame))
+            if stmt.finalbody is not None:
+                final_in = out if out is not None else env.copy()
+                final = self.run_block(self._suite(stmt.finalbody.body), final_in, frame)
+                return final if out is not None else None
+            return out
+        if isinstance(stmt, cst.FunctionDef):
+            env = env.copy()
+            env.vars[stmt.name.value] = TOP
+            return env
+        if isinstance(stmt, cst.ClassDef):
+            env = env.copy()
+            env.vars[stmt.name.value] = TOP
+            return env
+        return env
+
+    def run_if(self, stmt: cst.If, env: Env, frame: _Frame) -> Optional[Env]:
+        true_env = self.refine(stmt.test, env, True)
+        false_env = self.refine(stmt.test, env, False)
+        out_true = self.run_block(self._suite(stmt.body), true_env, frame) if true_env is not None else None
+        orelse = stmt.orelse
+        if orelse is None:
+            out_false = false_env
+        elif false_env is None:
+            out_false = None
+        elif isinstance(orelse, cst.If):
+            self.env_before[id(orelse)] = false_env
+            out_false = self.run_if(orelse, false_env, frame)
+        else:
+            out_false = self.run_block(self._suite(orelse.body), false_env, frame)
+        return join_env(out_true, out_false)
+
+    def run_loop(self, stmt, env: Env, frame: _Frame) -> Optional[Env]:
+        head = env.copy()
+        if isinstance(stmt, cst.For):
+            self.bind_loop_target(stmt, head)
+        breaks: List[Env] = []
+        exit_env: Optional[Env] = head
+        for i in range(4):
+            frame.loops.append(([], []))
+            entry = head if isinstance(stmt, cst.For) else self.refine(stmt.test, head, True)
+            out = self.run_block(self._suite(stmt.body), entry, frame) if entry is not None else None
+            continues, brks = frame.loops.pop()
+            breaks = brks
+            back = out
+            for c in continues:
+                back = join_env(back, c)
+            new_head = join_env(head, back, widening=i >= 1)
+            if isinstance(stmt, cst.For) and new_head is not None:
+                self.bind_loop_target(stmt, new_head)
+            if new_head == head:
+                break
+            head = new_head  # type: ignore[assignment]
+        exit_env = head if isinstance(stmt, cst.For) else self.refine(stmt.test, head, False)
+        for b in breaks:
+            exit_env = join_env(exit_env, b)
+        if stmt.orelse is not None and exit_env is not None:
+            exit_env = self.run_block(self._suite(stmt.orelse.body), exit_env, frame)
+        return exit_env
+
+    def bind_loop_target(self, stmt: cst.For, env: Env) -> None:
+        it = strip_parens(stmt.iter)
+        source = self._unique_source(it)
+        if source is not None and isinstance(stmt.target, cst.Name):
+            # `for c in torch.unique(labels)`: `labels == c` holds somewhere.
+            env.rels = env.rels | {(source, "∋", stmt.target.value)}
+        self.assign(stmt.target, TOP, env)
+
+    def _unique_source(self, it: cst.BaseExpression) -> Optional[str]:
+        if not isinstance(it, cst.Call):
+            return None
+        func = it.func
+        if self.ctx.qualname(func) == "torch.unique" and it.args:
+            return _code(self.ctx, it.args[0].value)
+        if isinstance(func, cst.Attribute) and func.attr.value == "unique" and self.ctx.qualname(func.value) is None:
+            return _code(self.ctx, func.value)
+        if isinstance(func, cst.Attribute) and func.attr.value == "tolist":
+            return self._unique_source(strip_parens(func.value))
+        return None
+
+    def run_small(self, small: cst.CSTNode, env: Env, frame: _Frame) -> Optional[Env]:
+        if isinstance(small, cst.Assign):
+            value = self.eval(small.value, env)
+            env = env.copy()
+            for name in self.note_optimizer(small.value, env):
+                env.vars[name] = trained(env.vars.get(name, TOP))
+            for t in small.targets:
+                self.assign(t.target, value, env, small.value)
+            self._note_extreme(small, env)
+            return env
+        if isinstance(small, cst.AnnAssign):
+            if small.value is None:
+                return env
+            value = self.eval(small.value, env)
+            env = env.copy()
+            self.assign(small.target, value, env, small.value)
+            return env
+        if isinstance(small, cst.AugAssign):
+            op = {cst.AddAssign: "add", cst.SubtractAssign: "sub", cst.MultiplyAssign: "mul",
+                  cst.DivideAssign: "div", cst.PowerAssign: "pow"}.get(type(small.operator))
+            current = self.eval(small.target, env)
+            rhs = self.eval(small.value, env)
+            value = transfer.apply(op, [current, rhs], {}, {}, self.token(small)) if op else TOP
+            env = env.copy()
+            self.assign(small.target, value or TOP, env)
+            return env
+        if isinstance(small, cst.Expr):
+            return self.run_expression_statement(small.value, env)
+        if isinstance(small, cst.Return):
+            value = self.eval(small.value, env) if small.value is not None else TOP
+            frame.returns = join(frame.returns, value) if frame.returned else value
+            frame.returned = True
+            return None
+        if isinstance(small, cst.Raise):
+            return None
+        if isinstance(small, cst.Continue):
+            if frame.loops:
+                frame.loops[-1][0].append(env)
+            return None
+        if isinstance(small, cst.Break):
+            if frame.loops:
+                frame.loops[-1][1].append(env)
+            return None
+        if isinstance(small, cst.Assert):
+            return self.refine(small.test, env, True) or env
+        return env
+
+    def run_expression_statement(self, expr: cst.BaseExpression, env: Env) -> Env:
+        expr = strip_parens(expr)
+        if not isinstance(expr, cst.Call):
+            return env
+        trained_names = self.note_optimizer(expr, env)
+        if trained_names:
+            env = env.copy()
+            for name in trained_names:
+                env.vars[name] = trained(env.vars.get(name, TOP))
+        func = expr.func
+        if not isinstance(func, cst.Attribute):
+            self.eval(expr, env)  # calls record autocast callees
+            return env
+        target = func.value
+        key = dotted_name(target)
+        method = func.attr.value
+        if key is None or self.ctx.qualname(target) is not None:
+            self.eval(expr, env)
+            return env
+        current = self.eval(target, env)
+        split = split_args(expr.args)
+        positional, keywords = split if split is not None else ([], {})
+        line = self.token(expr)
+        new: Optional[Value] = None
+        if method in _IN_PLACE:
+            args = [current] + [self.eval(a, env) for a in positional]
+            kw = {k: self.eval(v, env) for k, v in keywords.items()}
+            new = transfer.apply(_IN_PLACE[method], args, kw, {}, line)
+            if new is not None:
+                new = new.with_evidence(line, f"`{method}` in place")
+        elif method == "uniform_":
+            lo = self.eval(positional[0], env) if positional else point(0.0)
+            hi = self.eval(positional[1], env) if len(positional) > 1 else point(1.0)
+            new = interval(lo.lo, hi.hi, dtype=current.dtype).with_evidence(line, "`uniform_` bounds")
+            if new.lo <= 0:
+                new = replace(new, zero="uniform_ from 0")
+        elif method == "masked_fill_" and len(positional) == 2:
+            fill = self.eval(positional[1], env)
+            new = self._masked_update(target, positional[0], current, fill, env, line)
+        elif method in ("half", "bfloat16") and not positional:
+            new = replace(current, dtype="float16" if method == "half" else "bfloat16")
+            self._note_half(current, expr)
+        elif method == "to" and any(self.ctx.qualname(a) in ("torch.float16", "torch.half", "torch.bfloat16") for a in positional):
+            new = replace(current, dtype="float16")
+            self._note_half(current, expr)
+        elif method == "requires_grad_":
+            new = replace(current, trainable=True)
+        else:
+            self.eval(expr, env)
+        if new is None:
+            return env
+        env = env.copy()
+        env.vars[key] = new
+        return env
+
+    def _note_half(self, module: Value, call: cst.Call) -> None:
+        if module.instance_of:
+            self.half_owners.setdefault(module.instance_of, Evidence(self.token(call), f"`{module.instance_of}` is made half precision"))
+
+    def note_optimizer(self, expr: cst.BaseExpression, env: Env) -> List[str]:
+        """`torch.optim.SGD([w, b], ...)`: w and b are moved by training."""
+        expr = strip_parens(expr)
+        if not isinstance(expr, cst.Call):
+            return []
+        full = self.ctx.qualname(expr.func) or ""
+        if not full.startswith("torch.optim.") or not expr.args:
+            return []
+        params = strip_parens(expr.args[0].value)
+        names: List[str] = []
+        if isinstance(params, (cst.List, cst.Tuple)):
+            for el in params.elements:
+                name = dotted_name(el.value)
+                if name:
+                    self.trainable_names.add(name)
+                    names.append(name)
+        return names
+
+    def _masked_update(self, target, index, current: Value, fill: Value, env: Env, line: int) -> Value:
+        """`t[cond] = v` / `t.masked_fill_(cond, v)` where cond tests t itself."""
+        index = strip_parens(index)
+        tcode = _code(self.ctx, target)
+        if isinstance(index, cst.Comparison) and len(index.comparisons) == 1:
+            cmp = index.comparisons[0]
+            op = _CMP.get(type(cmp.operator))
+            left, right = _code(self.ctx, index.left), _code(self.ctx, cmp.comparator)
+            bound = self.eval(cmp.comparator, env)
+            if left == tcode and op is not None and bound.lo == bound.hi:
+                c = bound.lo
+                if op in (">", ">=") and fill.hi <= c:
+                    return replace(current, hi=c, evidence=(current.evidence + (Evidence(line, f"values above {c:g} replaced"),))[-4:])
+                if op in ("<", "<=", "==") and fill.positive and (c <= fill.lo or op == "==" and c == 0):
+                    lo = max(min(current.lo, fill.lo), 0.0) if current.lo >= 0 else current.lo
+                    if op == "==" or current.lo >= 0:
+                        return replace(current, lo=lo, nonzero=True, zero=None,
+                                       evidence=(current.evidence + (Evidence(line, "zeros replaced"),))[-4:])
+                    return replace(current, lo=max(current.lo, min(c, fill.lo)), nonzero=True, zero=None,
+                                   evidence=(current.evidence + (Evidence(line, "small values replaced"),))[-4:])
+            del right
+        return join(current, fill) or TOP
+
+    def assign(self, target: cst.BaseExpression, value: Value, env: Env, source=None) -> None:
+        target = strip_parens(target)
+        key = dotted_name(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+        if key is not None and env.rels:
+            # Relations about the old value no longer hold.
+            word = re.compile(r"(?<![\w.])" + re.escape(key) + r"(?![\w])")
+            env.rels = frozenset(r for r in env.rels if not (word.search(r[0]) or word.search(r[2])))
+        if isinstance(target, cst.Name):
+            if target.value in self.trainable_names:
+                value = trained(value)
+            env.vars[target.value] = value
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            elements = None
+            if source is not None and isinstance(strip_parens(source), (cst.Tuple, cst.List)):
+                elements = strip_parens(source).elements
+            for i, el in enumerate(target.elements):
+                inner = el.value
+                if isinstance(el, cst.StarredElement):
+                    self.assign(inner, TOP, env)
+                elif elements is not None and i < len(elements) and not isinstance(elements[i], cst.StarredElement):
+                    self.assign(inner, self.eval(elements[i].value, env), env, elements[i].value)
+                else:
+                    self.assign(inner, TOP, env)
+        elif isinstance(target, cst.Attribute):
+            key = dotted_name(target)
+            if key is None:
+                return
+            env.vars[key] = value
+            if key.startswith("self.") and key.count(".") == 1:
+                cls = self._current_class(env)
+                if cls is not None:
+                    table = self.attrs.setdefault(cls, {})
+                    old = table.get(key[5:])
+                    table[key[5:]] = value if old is None else (join(old, value) or TOP)
+        elif isinstance(target, cst.Subscript) and len(target.slice) == 1:
+            base = dotted_name(target.value)
+            index = target.slice[0].slice
+            if base is not None and isinstance(index, cst.Index):
+                current = self.eval(target.value, env)
+                env.vars[base] = self._masked_update(target.value, index.value, current, value, env, self.token(target))
+
+    def _current_class(self, env: Env) -> Optional[str]:
+        me = env.vars.get("self")
+        return me.instance_of if me is not None else None
+
+    # ------------------------------------------------------------------ conditions
+    def refine(self, test: cst.BaseExpression, env: Env, truth: bool) -> Optional[Env]:
+        """The environment where `test` evaluated to `truth` (None: cannot happen)."""
+        test = strip_parens(test)
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return self.refine(test.expression, env, not truth)
+        if isinstance(test, cst.BooleanOperation):
+            both = isinstance(test.operator, cst.And) == truth
+            if both:
+                left = self.refine(test.left, env, truth)
+                return self.refine(test.right, left, truth) if left is not None else None
+            return env.copy()
+        if isinstance(test, cst.Name) and test.value in ("True", "False"):
+            return env.copy() if (test.value == "True") == truth else None
+        every = self._all_of(test)
+        if every is not None:
+            # `(y > 0).all()`: on the true branch every element satisfies the comparison.
+            return self.refine(every, env, True) if truth else env.copy()
+        out = env.copy()
+        line = self.token(test)
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            cmp = test.comparisons[0]
+            op = _CMP.get(type(cmp.operator))
+            if op is None:
+                return out
+            if not truth:
+                op = _NEGATE[op]
+            left, right = strip_parens(test.left), strip_parens(cmp.comparator)
+            lcode, rcode = _code(self.ctx, left), _code(self.ctx, right)
+            out.rels = out.rels | {(lcode, op, rcode), (rcode, _FLIP[op], lcode)}
+            rv = self.eval(right, env)
+            lv = self.eval(left, env)
+            if rv.lo == rv.hi:
+                self._bound(left, op, rv.lo, out, line)
+            elif lv.lo == lv.hi:
+                self._bound(right, _FLIP[op], lv.lo, out, line)
+            return out
+        # A bare truth test: `if mask.any():`, `if n:`, `if len(x):`.
+        subject = self._size_subject(test)
+        if subject is not None and truth:
+            self._mark_nonempty(subject, out, line, f"`{_code(self.ctx, test)}` holds")
+        elif truth:
+            key = dotted_name(test)
+            if key is not None:
+                out.vars[key] = replace(self.eval(test, env), nonzero=True, zero=None)
+        return out
+
+    def _all_of(self, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        """The comparison inside `(cmp).all()` / `torch.all(cmp)`, else None."""
+        if not isinstance(node, cst.Call):
+            return None
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "all" and not node.args:
+            inner = strip_parens(func.value)
+        elif self.ctx.qualname(func) == "torch.all" and len(node.args) == 1:
+            inner = strip_parens(node.args[0].value)
+        else:
+            return None
+        return inner if isinstance(inner, cst.Comparison) else None
+
+    def _extreme_subject(self, node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression]]:
+        """("min", x) for `x.min()`, `x.amin()`, `torch.min(x)`; ("max", x) likewise."""
+        node = strip_parens(node)
+        if not isinstance(node, cst.Call):
+            return None
+        full = self.ctx.qualname(node.func)
+        if full in ("torch.min", "torch.amin", "torch.max", "torch.amax") and len(node.args) == 1:
+            return ("min" if full in ("torch.min", "torch.amin") else "max"), node.args[0].value
+        func = node.func
+        if isinstance(func, cst.Attribute) and not node.args and full is None:
+            name = func.attr.value
+            if name in ("min", "amin", "max", "amax") and self.ctx.qualname(func.value) is None:
+                return ("min" if name in ("min", "amin") else "max"), func.value
+        return None
+
+    def _note_extreme(self, small: cst.Assign, env: Env) -> None:
+        """`hi = x.max()` / `lo = x.min()` (also `.amax`, `torch.max(x)`, `.values`): record
+        which extreme of which tensor a name holds, so that `hi >= lo` can be stated."""
+        if len(small.targets) != 1 or not isinstance(small.targets[0].target, cst.Name):
+            return
+        value = strip_parens(small.value)
+        if isinstance(value, cst.Attribute) and value.attr.value == "values":
+            value = strip_parens(value.value)
+        found = self._extreme_of_call(value)
+        if found is not None:
+            which, subject = found
+            env.rels = env.rels | {(small.targets[0].target.value, f"{which}_of", _code(self.ctx, subject))}
+
+    def _extreme_of_call(self, node: cst.BaseExpression) -> Optional[Tuple[str, cst.BaseExpression]]:
+        if not isinstance(node, cst.Call):
+            return None
+        full = self.ctx.qualname(node.func)
+        if full in ("torch.min", "torch.amin", "torch.max", "torch.amax") and node.args:
+            return ("min" if full in ("torch.min", "torch.amin") else "max"), node.args[0].value
+        func = node.func
+        if isinstance(func, cst.Attribute) and full is None and self.ctx.qualname(func.value) is None:
+            if func.attr.value in ("min", "amin", "max", "amax"):
+                return ("min" if func.attr.value in ("min", "amin") else "max"), func.value
+        return None
+
+    def _size_subject(self, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+        """x for `x.any()`, `x.sum()`, `torch.any(x)`, `len(x)`, `x.numel()`,
+        `x.count_nonzero()`, `x.shape[0]`, `x.size(0)`."""
+        node = strip_parens(node)
+        if isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Name) and func.value == "len" and node.args:
+                return node.args[0].value
+            full = self.ctx.qualname(func)
+            if full in ("torch.any", "torch.sum", "torch.count_nonzero", "torch.numel") and node.args:
+                return node.args[0].value
+            if isinstance(func, cst.Attribute) and full is None:
+                if func.attr.value in ("any", "sum", "numel", "count_nonzero", "nelement", "item", "size", "float", "long", "int"):
+                    if func.attr.value in ("item", "float", "long", "int"):
+                        return self._size_subject(func.value) or None
+                    return func.value
+        if isinstance(node, cst.Subscript):
+            base = strip_parens(node.value)
+            if isinstance(base, cst.Attribute) and base.attr.value == "shape":
+                return base.value
+        return None
+
+    def _mark_nonempty(self, subject: cst.BaseExpression, env: Env, line: int, reason: str, many: bool = False) -> None:
+        key = dotted_name(strip_parens(subject))
+        if key is None:
+            return
+        current = env.vars.get(key) or self.eval(subject, env)
+        env.vars[key] = current.with_evidence(line, reason, nonempty=True)
+        env.rels = env.rels | {(key, "nonempty", "many" if many else "one")}
+
+    def _bound(self, subject: cst.BaseExpression, op: str, c: float, env: Env, line: int) -> None:
+        reason = f"`{_code(self.ctx, subject)} {op} {c:g}`"
+        inner = self._size_subject(subject)
+        if inner is not None:
+            if (op == ">" and c >= 0) or (op == ">=" and c >= 1) or (op == "!=" and c == 0):
+                many = (op == ">" and c >= 1) or (op == ">=" and c >= 2)
+                self._mark_nonempty(inner, env, line, f"guarded by {reason}", many)
+        extreme = self._extreme_subject(subject)
+        if extreme is not None:
+            # `x.min() > 0` bounds every element from below; `x.max() < c` from above.
+            which, inner_subject = extreme
+            if (which == "min" and op in (">", ">=")) or (which == "max" and op in ("<", "<=")):
+                subject = inner_subject
+        key = dotted_name(strip_parens(subject))
+        if key is None:
+            return
+        v = env.vars.get(key) or self.eval(subject, env)
+        lo, hi, nonzero = v.lo, v.hi, v.nonzero
+        if op == ">":
+            lo = max(lo, c + 1 if v.integer or v.count else c)
+            nonzero = nonzero or c >= 0
+        elif op == ">=":
+            lo = max(lo, c)
+            nonzero = nonzero or c > 0
+        elif op == "<":
+            hi = min(hi, c - 1 if v.integer or v.count else c)
+            nonzero = nonzero or c <= 0
+        elif op == "<=":
+            hi = min(hi, c)
+            nonzero = nonzero or c < 0
+        elif op == "==":
+            lo, hi, nonzero = c, c, c != 0
+        elif op == "!=" and c == 0:
+            nonzero = True
+        else:
+            return
+        zero = None if nonzero else v.zero
+        env.vars[key] = v.with_evidence(line, f"guarded by {reason}", lo=lo, hi=hi, nonzero=nonzero,
+                                        zero=zero, nonempty=v.nonempty or (nonzero and v.count))
+
+    # ------------------------------------------------------------------ expressions
+    def eval(self, node: Optional[cst.BaseExpression], env: Env, depth: int = 24) -> Value:
+        if node is None or depth <= 0:
+            return TOP
+        node = strip_parens(node)
+        number = number_value(node)
+        if number is not None:
+            return point(number)
+        if isinstance(node, cst.Name):
+            if node.value in env.vars:
+                return env.vars[node.value]
+            if node.value in self.classes:
+                return Value(module_out=None, instance_of=None)
+            if node.value in ("True", "False"):
+                return point(1.0 if node.value == "True" else 0.0)
+            module_env = self.module_env
+            if module_env is not None and node.value in module_env.vars and env is not module_env:
+                return module_env.vars[node.value]
+            return TOP
+        if isinstance(node, cst.Attribute):
+            key = dotted_name(node)
+            if key is not None and key in env.vars:
+                return env.vars[key]
+            if isinstance(node.value, cst.Name) and node.value.value == "self":
+                me = env.vars.get("self")
+                if me is not None and me.instance_of:
+                    attrs = self.attrs.get(me.instance_of) or {}
+                    if node.attr.value not in attrs and me.instance_of not in self._attrs_done:
+                        attrs = self.class_attrs(me.instance_of)
+                    found = attrs.get(node.attr.value)
+                    if found is not None:
+                        return found
+                return TOP
+            if node.attr.value in ("T", "mT", "data", "values") and self.ctx.qualname(node) is None:
+                return transfer.passthrough([self.eval(node.value, env, depth - 1)], {}, {}, 0)
+            return TOP
+        if isinstance(node, cst.Subscript):
+            base = self.eval(node.value, env, depth - 1)
+            if base.module_out is not None and not base.instance_of:
+                # `nn.Sequential(...)[i]`: unknown member.
+                return TOP
+            out = replace(base, module_out=None, instance_of=None, count=False, simplex_dim=None)
+            if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+                index = strip_parens(node.slice[0].slice.value)
+                if isinstance(index, cst.Comparison) and len(index.comparisons) == 1:
+                    cmp = index.comparisons[0]
+                    bound = self.eval(cmp.comparator, env, depth - 1)
+                    if _code(self.ctx, index.left) == _code(self.ctx, node.value):
+                        if isinstance(cmp.operator, (cst.GreaterThan,)) and bound.lo >= 0 or (
+                            isinstance(cmp.operator, cst.NotEqual) and bound.lo == bound.hi == 0
+                        ) or (isinstance(cmp.operator, cst.GreaterThanEqual) and bound.lo > 0):
+                            out = replace(out, nonzero=True, zero=None, lo=max(out.lo, 0.0))
+            return out
+        if isinstance(node, (cst.Tuple, cst.List)):
+            for el in node.elements:  # calls inside count (autocast callees, half models)
+                self.eval(el.value, env, depth - 1)
+            return TOP
+        if isinstance(node, cst.Comparison):
+            v = Value(lo=0.0, hi=1.0, mask=True, integer=True)
+            if len(node.comparisons) == 1 and isinstance(node.comparisons[0].operator, cst.Equal):
+                left = _code(self.ctx, node.left)
+                right = _code(self.ctx, node.comparisons[0].comparator)
+                for src, _, member in (r for r in env.rels if r[1] == "∋"):
+                    if {left, right} == {src, member}:
+                        v = v.with_evidence(self.token(node), f"`{member}` is taken from `unique({src})`", nonempty=True)
+            return v
+        if isinstance(node, cst.IfExp):
+            t = self.refine(node.test, env, True)
+            f = self.refine(node.test, env, False)
+            a = self.eval(node.body, t, depth - 1) if t is not None else None
+            b = self.eval(node.orelse, f, depth - 1) if f is not None else None
+            return join(a, b) or TOP
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
+            return Value(lo=0.0, hi=1.0, mask=True, integer=True)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr)):
+            return Value(lo=0.0, hi=1.0, mask=True, integer=True)
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
+            rel = self._relation(node.left, node.right, env)
+            out = transfer.sub([self.eval(node.left, env, depth - 1), self.eval(node.right, env, depth - 1)], {}, {}, self.token(node))
+            if rel is not None:
+                out = replace(out, lo=max(out.lo, 0.0)) if rel == ">=" else replace(out, hi=min(out.hi, 0.0))
+                out = out.with_evidence(self.token(node), "the branch condition bounds this difference")
+            return out
+        op = match_op(node, self.ctx.qualname)
+        if op is not None:
+            return self._eval_op(op, node, env, depth)
+        if isinstance(node, cst.Call):
+            return self._eval_call(node, env, depth)
+        return TOP
+
+    def _relation(self, left, right, env: Env) -> Optional[str]:
+        """">=" where `left - right >= 0` is known from a condition, "<=" where <= 0."""
+        if not env.rels:
+            return None
+        l, r = _code(self.ctx, left), _code(self.ctx, right)
+        for a, op, b in env.rels:
+            if a == l and b == r:
+                if op in (">", ">="):
+                    return ">="
+                if op in ("<", "<="):
+                    return "<="
+        return None
+
+    def _eval_op(self, op, node, env: Env, depth: int) -> Value:
+        args = [self.eval(a, env, depth - 1) for a in op.args]
+        kw = {k: self.eval(v, env, depth - 1) for k, v in op.kwargs.items()}
+        codes: Dict[str, str] = {}
+        if op.name in _DIM_OPS:
+            # Only these ops keep their dim (a simplex, a sum along it).
+            codes = {k: _code(self.ctx, v) for k, v in op.kwargs.items() if k == "dim"}
+            if len(op.args) > 1:
+                codes["#1"] = _code(self.ctx, op.args[1])
+        out = transfer.apply(op.name, args, kw, codes, self.token(node))
+        if out is None:
+            return TOP
+        if op.name in ("sum", "mean") and args and args[0].prob and args[0].simplex_dim is not None:
+            pass
+        return out
+
+    def _eval_call(self, node: cst.Call, env: Env, depth: int) -> Value:
+        ctx = self.ctx
+        func = strip_parens(node.func)
+        split = split_args(node.args)
+        positional, keywords = split if split is not None else ([], {})
+        full = ctx.qualname(func)
+        line = self.token(node)
+        if full is not None:
+            return self._eval_torch(full, node, positional, keywords, env, depth, line)
+        if isinstance(func, cst.Name):
+            if func.value in self.functions:
+                self._note_autocast(func.value, env, line)
+                value = self.function_return(self.functions[func.value])
+                return value.with_evidence(line, f"returned by `{func.value}`") if value.prob else value
+            if func.value in self.classes:
+                return Value(instance_of=func.value, evidence=(Evidence(line, f"`{func.value}` instance"),))
+            callee = self.eval(func, env, depth - 1)
+            return self._call_value(callee, _code(ctx, func), env, line)
+        if isinstance(func, cst.Attribute):
+            receiver = self.eval(func.value, env, depth - 1)
+            name = func.attr.value
+            if receiver.instance_of and (receiver.module_out is None):
+                fn = self.method(receiver.instance_of, name)
+                if fn is not None:
+                    self._note_autocast(f"{receiver.instance_of}.{name}", env, line)
+                    value = self.function_return(fn)
+                    if value.prob:
+                        return value.with_evidence(line, f"returned by `{receiver.instance_of}.{name}`")
+                    return value
+                if name in ("half", "bfloat16") or (name == "to" and any(
+                    ctx.qualname(a) in ("torch.float16", "torch.half", "torch.bfloat16") for a in positional
+                )):
+                    self._note_half(receiver, node)
+                    return replace(receiver, dtype="float16" if name != "bfloat16" else "bfloat16")
+                if name in ("to", "cuda", "cpu", "eval", "train", "float"):
+                    return receiver
+                # A module held in an attribute: `self.act(x)` with `self.act = nn.Softmax(1)`.
+                held = self.eval(func, env, depth - 1)
+                if held.module_out is None and held.instance_of is None and held == TOP and (
+                    isinstance(func.value, cst.Name) and func.value.value == "self"
+                    and name in self.attrs.get(receiver.instance_of, {})
+                ):
+                    # A submodule built in the class (an encoder, a projection): its output
+                    # is a learned feature, not a value that is exactly 0 in practice.
+                    return Value(learned=True, evidence=(Evidence(line, f"output of `self.{name}`"),))
+                return self._call_value(held, _code(ctx, func), env, line)
+            if receiver.module_out is not None and name in ("to", "cuda", "cpu", "eval", "train", "half"):
+                return receiver
+            if name == "new_zeros":
+                return Value(lo=0.0, hi=0.0, zero="zeros")
+            if name == "new_ones":
+                return Value(lo=1.0, hi=1.0, nonzero=True)
+            if name in ("uniform_",):
+                lo = self.eval(positional[0], env) if positional else point(0.0)
+                hi = self.eval(positional[1], env) if len(positional) > 1 else point(1.0)
+                v = interval(lo.lo, hi.hi).with_evidence(line, "`uniform_` bounds")
+                return replace(v, zero="uniform_ from 0") if v.lo <= 0 else v
+            if name in transfer.OPS and name not in ("max", "sum", "mean"):
+                args = [receiver] + [self.eval(a, env, depth - 1) for a in positional]
+                kw = {k: self.eval(v, env, depth - 1) for k, v in keywords.items()}
+                out = transfer.apply(name, args, kw, {}, line)
+                return out if out is not None else TOP
+            if name == "to":
+                for a in positional + list(keywords.values()):
+                    q = ctx.qualname(a)
+                    if q in ("torch.float16", "torch.half"):
+                        return replace(receiver, dtype="float16")
+                    if q == "torch.bfloat16":
+                        return replace(receiver, dtype="bfloat16")
+                    if q in ("torch.float32", "torch.float"):
+                        return replace(receiver, dtype="float32")
+                return replace(receiver, module_out=None, instance_of=None)
+            if name in ("type_as",):
+                return receiver
+            if name in ("masked_fill",) and len(positional) == 2:
+                return self._masked_update(func.value, positional[0], receiver,
+                                           self.eval(positional[1], env, depth - 1), env, line)
+            return self._call_value(receiver, _code(ctx, func), env, line)
+        return TOP
+
+    def _call_value(self, callee: Value, spelled: str, env: Env, line: int) -> Value:
+        """Calling a value: a module object (`self.act(x)`, `model(x)`)."""
+        if callee.module_out is not None:
+            out = callee.module_out
+            if out.prob:
+                return out.with_evidence(line, f"`{spelled}` output")
+            return out
+        if callee.instance_of:
+            fn = self.method(callee.instance_of, "forward")
+            if fn is not None:
+                self._note_autocast(f"{callee.instance_of}.forward", env, line)
+                value = self.function_return(fn)
+                if callee.dtype in ("float16", "bfloat16"):
+                    value = replace(value, dtype=callee.dtype)
+                if value.prob:
+                    return value.with_evidence(line, f"`{callee.instance_of}.forward` via `{spelled}(...)`")
+                if replace(value, evidence=()) == TOP:
+                    # A model's output with nothing more known: learned features.
+                    return Value(learned=True, evidence=(Evidence(line, f"output of `{spelled}`"),))
+                return value
+        return TOP
+
+    def _note_autocast(self, name: str, env: Env, line: int) -> None:
+        if env.autocast:
+            self.autocast_callees.setdefault(name, Evidence(line, f"`{name}` is called under autocast"))
+
+    def _eval_torch(self, full: str, node: cst.Call, positional, keywords, env: Env, depth: int, line: int) -> Value:
+        short = full[len(_CREATION_PREFIX):] if full.startswith(_CREATION_PREFIX) else None
+        if full in _MODULE_OPS:
+            dim = keywords.get("dim") or (positional[0] if positional else None)
+            codes = {"dim": _code(self.ctx, dim)} if dim is not None else {}
+            out = transfer.apply(_MODULE_OPS[full], [TOP], {}, codes, line) or TOP
+            return Value(module_out=out.with_evidence(line, f"`{full.split('.')[-1]}` module") if out.prob else out)
+        if full in _LEARNED_MODULES:
+            return Value(module_out=Value(learned=True, evidence=(Evidence(line, f"`{full.split('.')[-1]}` output"),)))
+        if full in _CONTAINERS and positional:
+            last = self.eval(positional[-1], env, depth - 1)
+            if last.module_out is not None:
+                return Value(module_out=last.module_out)
+            return Value(module_out=TOP)
+        if full in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            inner = self.eval(positional[0], env, depth - 1) if positional else TOP
+            return trained(inner).with_evidence(line, "an `nn.Parameter`: moved by training", learned=True)
+        if full in ("torch.linspace",) and len(positional) >= 2:
+            a, b = self.eval(positional[0], env, depth - 1), self.eval(positional[1], env, depth - 1)
+            return interval(min(a.lo, b.lo), max(a.hi, b.hi)).with_evidence(line, "`linspace` bounds")
+        if full == "torch.arange":
+            return Value(lo=0.0 if len(positional) <= 1 else -INF, integer=True)
+        if full in ("torch.tensor", "torch.as_tensor", "torch.scalar_tensor") and positional:
+            inner = self.eval(positional[0], env, depth - 1)
+            return self._requires_grad(inner, keywords, line)
+        if short in transfer.CREATION:
+            lo, hi, zero = transfer.CREATION[short]
+            v = Value(lo=lo, hi=hi, zero=zero, nonzero=lo > 0)
+            dtype = self.ctx.precision.dtype_of(keywords.get("dtype")) if self.ctx.precision else None
+            if dtype:
+                v = replace(v, dtype=dtype)
+            return self._requires_grad(v, keywords, line)
+        if full in ("torch.full", "torch.full_like") and len(positional) >= 2:
+            return self._requires_grad(self.eval(positional[1], env, depth - 1), keywords, line)
+        if full == "torch.where" and len(positional) == 3:
+            return join(self.eval(positional[1], env, depth - 1), self.eval(positional[2], env, depth - 1)) or TOP
+        if full in ("torch.maximum", "torch.fmax") and len(positional) == 2:
+            a, b = (self.eval(p, env, depth - 1) for p in positional)
+            lo = max(a.lo, b.lo)
+            return Value(lo=lo, hi=max(a.hi, b.hi), nonzero=a.positive or b.positive or lo > 0)
+        if full in ("torch.nn.functional.relu6", "torch.relu_", "torch.nn.functional.relu_") and positional:
+            return transfer.relu([self.eval(positional[0], env, depth - 1)], {}, {}, line)
+        if full == "torch.nn.functional.softmin" and positional:
+            return transfer.softmax([TOP], {}, {}, line)
+        if full in ("torch.tanh", "torch.nn.functional.tanh"):
+            return transfer.tanh([TOP], {}, {}, line)
+        if full in ("torch.bincount", "torch.histc", "torch.count_nonzero"):
+            return transfer.count([], {}, {}, line)
+        if full in ("torch.any", "torch.all", "torch.isfinite", "torch.isnan", "torch.logical_and",
+                    "torch.logical_or", "torch.logical_not", "torch.isin", "torch.eq", "torch.ne",
+                    "torch.gt", "torch.lt", "torch.ge", "torch.le"):
+            return Value(lo=0.0, hi=1.0, mask=True, integer=True)
+        if short is not None and short in transfer.OPS and positional:
+            args = [self.eval(a, env, depth - 1) for a in positional]
+            out = transfer.apply(short, args, {}, {}, line)
+            return out if out is not None else TOP
+        return TOP
+
+    def _requires_grad(self, v: Value, keywords, line: int) -> Value:
+        flag = keywords.get("requires_grad")
+        if isinstance(flag, cst.Name) and flag.value == "True":
+            return trained(v).with_evidence(line, "`requires_grad=True`: moved by training")
+        return v
+
+
+__all__ = ["FileAnalysis", "Env", "join_env"]

@@ -1,0 +1,396 @@
+"""Transfer functions for torch ops, in one table: op name -> what the result is, given
+what the operands are.
+
+Op names are nanlint.ops' canonical names (so `torch.exp(x)`, `x.exp()`, `th.exp(x)` are one
+entry), plus the creation, shape and cast ops the analysis needs (`rand`, `linspace`, `view`,
+`half`...). A transfer function takes the operand values (receiver first for methods), the
+keyword values, the keyword codes (for `dim=`) and the line, and returns a Value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional
+
+from .values import INF, TOP, Value, interval, join
+
+Args = List[Value]
+Kw = Dict[str, Value]
+Codes = Dict[str, str]
+Transfer = Callable[[Args, Kw, Codes, int], Value]
+
+# exp(x) overflows to inf above this (float32); NUMERICS.md.
+EXP_OVERFLOW = {"float16": 11.09, "bfloat16": 89.0, "float32": 88.73, None: 88.73}
+
+
+def _safe(f, x: float, default: float) -> float:
+    try:
+        return f(x)
+    except (OverflowError, ValueError):
+        return default
+
+
+def _exp(x: float) -> float:
+    return _safe(math.exp, x, INF if x > 0 else 0.0)
+
+
+def _keep(a: Value, **changes) -> Value:
+    """Same values, new facts: the common part of every transfer."""
+    return replace(a, module_out=None, instance_of=None, **changes)
+
+
+def _arg(args: Args, i: int, kw: Kw, name: str) -> Optional[Value]:
+    if i < len(args):
+        return args[i]
+    return kw.get(name)
+
+
+def _scalar(v: Optional[Value]) -> Optional[float]:
+    if v is not None and v.lo == v.hi:
+        return v.lo
+    return None
+
+
+def _mul_bounds(a: Value, b: Value):
+    products = []
+    for x in (a.lo, a.hi):
+        for y in (b.lo, b.hi):
+            if (x == 0 and math.isinf(y)) or (y == 0 and math.isinf(x)):
+                products.append(0.0)
+            else:
+                products.append(x * y)
+    return min(products), max(products)
+
+
+def add(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    if len(args) < 2:
+        return TOP
+    a, b = args[0], args[1]
+    lo, hi = a.lo + b.lo if not (a.lo == -INF or b.lo == -INF) else -INF, (
+        a.hi + b.hi if not (a.hi == INF or b.hi == INF) else INF
+    )
+    nonzero = lo > 0 or hi < 0 or (a.positive and b.lo >= 0) or (b.positive and a.lo >= 0)
+    zero = None
+    if not nonzero and (a.zero and _scalar(b) == 0 or b.zero and _scalar(a) == 0):
+        zero = a.zero or b.zero
+    return Value(lo=lo, hi=hi, nonzero=nonzero, zero=zero, dtype=a.dtype or b.dtype,
+                 trainable=a.trainable or b.trainable, integer=a.integer and b.integer,
+                 learned=a.learned and b.learned,  # a sum of learned features (not a difference)
+                 evidence=(a.evidence + b.evidence)[-4:])
+
+
+def neg(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    return Value(lo=-a.hi, hi=-a.lo, nonzero=a.nonzero, zero=a.zero, dtype=a.dtype,
+                 trainable=a.trainable, integer=a.integer, evidence=a.evidence)
+
+
+def sub(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    if len(args) < 2:
+        return TOP
+    a, b = args
+    out = add([a, neg([b], {}, {}, line)], kw, codes, line)
+    if _scalar(a) == 1.0 and b.prob and not b.lo > 0:
+        # 1 - p rounds to 0 where p rounds to 1.
+        out = replace(out, zero="1 - a probability", nonzero=False, lo=max(out.lo, 0.0))
+    elif b.prob and _scalar(a) == 1.0:
+        out = replace(out, lo=max(out.lo, 0.0))
+    return out
+
+
+def mul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    if len(args) < 2:
+        return TOP
+    a, b = args
+    lo, hi = _mul_bounds(a, b)
+    zero = a.zero or b.zero
+    if a.unit and b.unit:
+        return Value(lo=-1.0, hi=1.0, cosine=True, dtype=a.dtype or b.dtype,
+                     evidence=(a.evidence + b.evidence)[-4:])
+    return Value(lo=lo, hi=hi, nonzero=a.excludes_zero and b.excludes_zero,
+                 zero=zero if not (a.excludes_zero and b.excludes_zero) else None,
+                 dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
+                 integer=a.integer and b.integer,
+                 evidence=(a.evidence + b.evidence)[-4:])
+
+
+def div(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    if len(args) < 2:
+        return TOP
+    a, b = args
+    if b.excludes_zero and b.lo > 0:
+        inv = interval(1 / b.hi if b.hi != INF else 0.0, 1 / b.lo)
+        lo, hi = _mul_bounds(a, inv)
+    else:
+        lo, hi = -INF, INF
+        if a.lo >= 0 and b.lo >= 0:
+            lo = 0.0
+    zero = a.zero
+    if zero is None and a.count:
+        zero = "a ratio of counts"
+    return Value(lo=lo, hi=hi, nonzero=a.excludes_zero and b.hi < INF, zero=zero,
+                 dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
+                 evidence=(a.evidence + b.evidence)[-4:])
+
+
+def exp(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    return Value(lo=_exp(a.lo), hi=_exp(a.hi), nonzero=True, dtype=a.dtype,
+                 trainable=a.trainable, evidence=a.evidence)
+
+
+def log(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    lo = _safe(math.log, a.lo, -INF) if a.lo > 0 else -INF
+    hi = _safe(math.log, a.hi, INF) if a.hi > 0 else -INF
+    return Value(lo=lo, hi=hi, dtype=a.dtype, trainable=a.trainable, evidence=a.evidence)
+
+
+def sigmoid(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    return Value(lo=0.0, hi=1.0, prob="sigmoid", zero="a sigmoid output", dtype=a.dtype,
+                 trainable=a.trainable,
+                 evidence=(a.evidence + (_ev(line, "sigmoid"),))[-4:])
+
+
+def softmax(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    dim = codes.get("dim") or codes.get("#1")
+    return Value(lo=0.0, hi=1.0, prob="softmax", simplex_dim=dim, zero="a softmax output",
+                 dtype=a.dtype, trainable=a.trainable,
+                 evidence=(a.evidence + (_ev(line, "softmax"),))[-4:])
+
+
+def relu(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    if a.lo > 0:
+        return _keep(a)
+    return Value(lo=0.0, hi=max(a.hi, 0.0), zero="a ReLU output", dtype=a.dtype,
+                 trainable=a.trainable, evidence=a.evidence)
+
+
+def clamp(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    low = _arg(args, 1, kw, "min")
+    high = _arg(args, 2, kw, "max")
+    lo, hi, nonzero, zero = a.lo, a.hi, a.nonzero, a.zero
+    if low is not None and low.lo > -INF:
+        lo = max(lo, low.lo)
+        if low.positive:
+            nonzero, zero = True, None
+        elif _scalar(low) == 0 and not a.positive:
+            zero = "clamp(min=0)"
+    elif low is not None and low.positive:
+        # An epsilon-like name of unknown value: positive.
+        lo, nonzero, zero = max(lo, 0.0), True, None
+    if high is not None and high.hi < INF:
+        hi = min(hi, high.hi)
+    return replace(a, lo=lo, hi=hi, nonzero=nonzero or lo > 0, zero=zero,
+                   module_out=None, instance_of=None, cosine=False,
+                   evidence=(a.evidence + (_ev(line, "clamp"),))[-4:])
+
+
+def abs_(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    lo = 0.0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+    return Value(lo=lo, hi=max(abs(a.lo), abs(a.hi)), nonzero=a.excludes_zero, zero=a.zero,
+                 dtype=a.dtype, trainable=a.trainable, evidence=a.evidence)
+
+
+def square(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = abs_(args, kw, codes, line)
+    return replace(a, lo=a.lo * a.lo, hi=a.hi * a.hi if a.hi < INF else INF)
+
+
+def pow_(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    if len(args) < 2:
+        return TOP
+    a, e = args
+    k = _scalar(e)
+    if k is not None and k == 2:
+        return square([a], {}, {}, line)
+    if k is not None and k > 0 and a.lo >= 0:
+        return Value(lo=_safe(lambda x: x ** k, a.lo, 0.0), hi=_safe(lambda x: x ** k, a.hi, INF),
+                     nonzero=a.excludes_zero, zero=a.zero, dtype=a.dtype, trainable=a.trainable)
+    return Value(dtype=a.dtype, trainable=a.trainable)
+
+
+def sqrt(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    return Value(lo=math.sqrt(max(a.lo, 0.0)), hi=math.sqrt(a.hi) if a.hi >= 0 else 0.0,
+                 nonzero=a.positive, zero=a.zero, dtype=a.dtype, trainable=a.trainable)
+
+
+def reduce_sum(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    if a.mask:
+        # A mask's sum counts its True entries: 0 when the mask is empty.
+        return Value(lo=1.0 if a.nonempty else 0.0, hi=INF, count=True, integer=True,
+                     nonzero=a.nonempty, nonempty=a.nonempty,
+                     zero=None if a.nonempty else "the count of an empty mask",
+                     evidence=a.evidence)
+    if a.prob == "softmax" and a.simplex_dim is not None and (codes.get("dim") or codes.get("#1")) == a.simplex_dim:
+        return Value(lo=1.0, hi=1.0, nonzero=True, dtype=a.dtype, evidence=a.evidence)
+    if a.cosine:
+        return a
+    lo = 0.0 if a.lo >= 0 else -INF
+    return Value(lo=lo, hi=INF if a.hi > 0 else 0.0, nonzero=a.positive, zero=None,
+                 count=a.count, integer=a.integer, dtype=a.dtype, trainable=a.trainable,
+                 learned=a.learned, evidence=a.evidence)
+
+
+def reduce_mean(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    return Value(lo=a.lo, hi=a.hi, nonzero=a.positive or a.hi < 0, dtype=a.dtype,
+                 trainable=a.trainable, learned=a.learned, evidence=a.evidence)
+
+
+def reduce_max(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    if len(args) >= 2 and not codes.get("dim") and args[1].lo == args[1].hi and not codes.get("#1", "").lstrip("-").isdigit():
+        # torch.max(a, b): elementwise maximum.
+        b = args[1]
+        return Value(lo=max(a.lo, b.lo), hi=max(a.hi, b.hi), nonzero=max(a.lo, b.lo) > 0,
+                     dtype=a.dtype, trainable=a.trainable)
+    return Value(lo=a.lo, hi=a.hi, nonzero=a.positive, dtype=a.dtype, trainable=a.trainable,
+                 evidence=a.evidence)
+
+
+def norm(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    zero = a.zero or (None if a.learned else None)
+    return Value(lo=0.0, hi=INF, nonzero=a.excludes_zero and a.lo > 0, zero=zero,
+                 learned=a.learned, dtype=a.dtype, trainable=a.trainable, evidence=a.evidence)
+
+
+def normalize(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    return Value(lo=-1.0, hi=1.0, unit=True, dtype=a.dtype, trainable=a.trainable,
+                 evidence=(a.evidence + (_ev(line, "normalize"),))[-4:])
+
+
+def cosine(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    return Value(lo=-1.0, hi=1.0, cosine=True, evidence=(_ev(line, "cosine_similarity"),))
+
+
+def matmul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    b = args[1] if len(args) > 1 else TOP
+    unit = a.unit and b.unit
+    if not unit and (a.learned or b.learned):
+        # `x @ self.weight`: the output of a linear layer.
+        return Value(learned=True, dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
+                     evidence=(a.evidence + b.evidence)[-4:])
+    return Value(lo=-1.0 if unit else -INF, hi=1.0 if unit else INF, cosine=unit,
+                 dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
+                 evidence=(a.evidence + b.evidence)[-4:] if unit else ())
+
+
+def tanh(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    return Value(lo=-1.0, hi=1.0, dtype=a.dtype, trainable=a.trainable)
+
+
+def softplus(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    a = args[0] if args else TOP
+    return Value(lo=0.0, hi=INF, nonzero=True, dtype=a.dtype, trainable=a.trainable)
+
+
+def passthrough(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    """Indexing, reshaping, selecting: the values survive, a simplex along a dim does not."""
+    return _keep(args[0], simplex_dim=None) if args else TOP
+
+
+def copy(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    return _keep(args[0]) if args else TOP
+
+
+def cast(dtype: Optional[str]) -> Transfer:
+    def transfer(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+        a = args[0] if args else TOP
+        if a.mask or a.count:
+            return _keep(a, dtype=dtype)
+        return _keep(a, dtype=dtype, mask=False)
+    return transfer
+
+
+def count(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    return Value(lo=0.0, hi=INF, count=True, integer=True, zero="a count",
+                 evidence=(_ev(line, "count"),))
+
+
+def any_(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    return Value(lo=0.0, hi=1.0, mask=True, integer=True)
+
+
+def _ev(line: int, reason: str):
+    from .values import Evidence
+    return Evidence(line, reason)
+
+
+# Creation ops: (lo, hi, zero reason) of the values they produce.
+CREATION = {
+    "rand": (0.0, 1.0, "torch.rand (can return 0)"),
+    "rand_like": (0.0, 1.0, "torch.rand (can return 0)"),
+    "randn": (-INF, INF, None),
+    "randn_like": (-INF, INF, None),
+    "zeros": (0.0, 0.0, "zeros"),
+    "zeros_like": (0.0, 0.0, "zeros"),
+    "ones": (1.0, 1.0, None),
+    "ones_like": (1.0, 1.0, None),
+    "empty": (-INF, INF, None),
+    "empty_like": (-INF, INF, None),
+}
+
+OPS: Dict[str, Transfer] = {
+    "add": add, "sub": sub, "mul": mul, "div": div, "neg": neg, "pow": pow_,
+    "exp": exp, "log": log, "log2": log, "log10": log,
+    "log1p": lambda a, k, c, l: log([add([a[0] if a else TOP, interval(1.0, 1.0)], {}, {}, l)], {}, {}, l),
+    "expm1": lambda a, k, c, l: replace(exp(a, k, c, l), lo=-1.0, nonzero=False),
+    "sigmoid": sigmoid, "softmax": softmax, "log_softmax": lambda a, k, c, l: Value(hi=0.0),
+    "logsigmoid": lambda a, k, c, l: Value(hi=0.0), "softplus": softplus,
+    "relu": relu, "clamp": clamp, "clamp_min": clamp, "abs": abs_, "square": square,
+    "sqrt": sqrt, "rsqrt": lambda a, k, c, l: Value(lo=0.0, nonzero=True),
+    "reciprocal": lambda a, k, c, l: div([interval(1.0, 1.0), a[0] if a else TOP], {}, {}, l),
+    "sum": reduce_sum, "mean": reduce_mean, "max": reduce_max, "amax": reduce_max,
+    "norm": norm, "linalg_norm": norm, "vector_norm": norm,
+    "normalize": normalize, "cosine_similarity": cosine, "matmul": matmul,
+    "tanh": tanh, "acos": lambda a, k, c, l: Value(lo=0.0, hi=math.pi),
+    "asin": lambda a, k, c, l: Value(lo=-math.pi / 2, hi=math.pi / 2),
+    "atan": lambda a, k, c, l: Value(lo=-math.pi / 2, hi=math.pi / 2),
+    "var": lambda a, k, c, l: Value(lo=0.0, zero="a variance"),
+    "std": lambda a, k, c, l: Value(lo=0.0, zero="a standard deviation"),
+    "prod": lambda a, k, c, l: Value(lo=0.0 if a and a[0].lo >= 0 else -INF),
+    # Shape, selection and copy ops: values pass through.
+    **{name: passthrough for name in (
+        "squeeze", "unsqueeze", "view", "view_as", "reshape", "reshape_as", "flatten",
+        "transpose", "permute", "movedim", "swapaxes", "t", "expand",
+        "expand_as", "gather", "index_select", "select", "narrow", "masked_select",
+        "take_along_dim", "repeat", "flip", "roll", "chunk", "split", "unbind", "T", "mT",
+    )},
+    **{name: copy for name in ("clone", "detach", "contiguous", "cuda", "cpu", "data")},
+    "half": cast("float16"), "bfloat16": cast("bfloat16"), "float": cast("float32"),
+    "double": cast("float64"),
+    "bincount": count, "count_nonzero": count, "histc": count,
+    "any": any_, "all": any_, "bool": lambda a, k, c, l: _keep(a[0], mask=True) if a else TOP,
+    "long": lambda a, k, c, l: _keep(a[0], integer=True) if a else TOP,
+    "int": lambda a, k, c, l: _keep(a[0], integer=True) if a else TOP,
+}
+
+
+def apply(name: str, args: Args, kw: Kw, codes: Codes, line: int) -> Optional[Value]:
+    transfer = OPS.get(name)
+    if transfer is None:
+        return None
+    return transfer(args, kw, codes, line)
+
+
+def joined(values: List[Value]) -> Value:
+    out: Optional[Value] = None
+    for v in values:
+        out = join(out, v)
+    return out or TOP
+
+
+__all__ = ["OPS", "CREATION", "apply", "EXP_OVERFLOW", "joined"]

@@ -1,0 +1,155 @@
+"""Abstract values: what the analysis knows about one tensor or number, and why.
+
+A `Value` is plain, frozen, picklable data (no CST nodes), so function summaries built from
+values can be stored by a project index and reused across files. Every fact that a rule may
+cite carries `Evidence` (line and a short reason: "softmax at line 12").
+
+Two facts about zero are kept apart on purpose:
+- `zero`: a reason why exact 0 is reachable *by construction* ("a softmax output"). Rules
+  report only with such evidence: an unknown value is not a hazard.
+- `nonzero`: exact 0 is proven unreachable (a clamp, a branch that excluded 0, `+ eps`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Optional, Tuple
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Evidence:
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.reason} at line {self.line}" if self.line else self.reason
+
+
+@dataclass(frozen=True)
+class Value:
+    # Interval of every element (closed; +-inf allowed).
+    lo: float = -INF
+    hi: float = INF
+    # Reason exact 0 is reachable by construction, or None (no evidence).
+    zero: Optional[str] = None
+    # Exact 0 proven unreachable.
+    nonzero: bool = False
+    # "softmax" / "sigmoid" (a probability, underflows to 0 and rounds to 1), or None.
+    prob: Optional[str] = None
+    # The dim a softmax normalized over (as written), for a simplex.
+    simplex_dim: Optional[str] = None
+    # 0/1 values (a comparison, a boolean mask).
+    mask: bool = False
+    # A non-negative integer count (a mask's sum, bincount).
+    count: bool = False
+    integer: bool = False
+    # A mask with at least one True / a count >= 1 (a branch said so).
+    nonempty: bool = False
+    # Unit norm along some dim (F.normalize).
+    unit: bool = False
+    # A dot product of unit vectors: in [-1, 1] in real arithmetic, a rounding step past it.
+    cosine: bool = False
+    # A learned embedding / weight (linear output, parameter): not zero in practice.
+    learned: bool = False
+    # "float16" / "bfloat16" / "float32", where evident.
+    dtype: Optional[str] = None
+    # Moved by training (requires_grad, nn.Parameter, given to an optimizer).
+    trainable: bool = False
+    # A module object: what calling it returns (`nn.Softmax(dim=1)`, `Policy(...)`).
+    module_out: Optional["Value"] = None
+    # An instance of a class of this file (its name), for `model(x)` -> forward.
+    instance_of: Optional[str] = None
+    # Where the facts came from, newest last.
+    evidence: Tuple[Evidence, ...] = field(default=())
+
+    # ------------------------------------------------------------------ derived facts
+    @property
+    def sign(self) -> Optional[str]:
+        if self.lo >= 0:
+            return "nonneg"
+        if self.hi <= 0:
+            return "nonpos"
+        return None
+
+    @property
+    def positive(self) -> bool:
+        return self.lo > 0 or (self.lo >= 0 and self.nonzero)
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.nonzero or self.lo > 0 or self.hi < 0
+
+    def cite(self) -> str:
+        return "; ".join(str(e) for e in self.evidence[-2:])
+
+    def with_evidence(self, line: int, reason: str, **changes) -> "Value":
+        return replace(self, evidence=(self.evidence + (Evidence(line, reason),))[-4:], **changes)
+
+
+TOP = Value()
+
+
+def point(v: float) -> Value:
+    return Value(lo=v, hi=v, nonzero=v != 0, zero=None, integer=float(v).is_integer())
+
+
+def interval(lo: float, hi: float, **kw) -> Value:
+    return Value(lo=lo, hi=hi, nonzero=lo > 0 or hi < 0, **kw)
+
+
+def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
+    """What holds on either path (None: the path is unreachable)."""
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    return Value(
+        lo=min(a.lo, b.lo),
+        hi=max(a.hi, b.hi),
+        zero=a.zero or b.zero,
+        nonzero=a.nonzero and b.nonzero,
+        prob=a.prob if a.prob == b.prob else None,
+        simplex_dim=a.simplex_dim if a.simplex_dim == b.simplex_dim else None,
+        mask=a.mask and b.mask,
+        count=a.count and b.count,
+        integer=a.integer and b.integer,
+        nonempty=a.nonempty and b.nonempty,
+        unit=a.unit and b.unit,
+        cosine=a.cosine and b.cosine,
+        learned=a.learned and b.learned,
+        dtype=a.dtype if a.dtype == b.dtype else (a.dtype or b.dtype if "float16" in (a.dtype, b.dtype) else None),
+        trainable=a.trainable or b.trainable,
+        module_out=_joined_module(a, b),
+        instance_of=a.instance_of if a.instance_of == b.instance_of else None,
+        evidence=tuple(dict.fromkeys(a.evidence + b.evidence))[-4:],
+    )
+
+
+def _joined_module(a: Value, b: Value) -> Optional[Value]:
+    """Two different modules on two paths (`self.visual = ViT(...)` or `ResNet(...)`): calling
+    the result gives learned features, whatever else either gives."""
+    if a.module_out == b.module_out and a.instance_of == b.instance_of:
+        return a.module_out
+    if (a.instance_of or a.module_out is not None) and (b.instance_of or b.module_out is not None):
+        if a.module_out is not None and b.module_out is not None:
+            joined = join(a.module_out, b.module_out)
+            if joined is not None and (joined.prob or joined.learned):
+                return joined
+        return Value(learned=True, evidence=(Evidence(0, "output of a submodule"),))
+    return None
+
+
+def widen(old: Value, new: Value) -> Value:
+    """Loop widening: a bound that moved goes to infinity (the fixed point is reached in one
+    more pass)."""
+    joined = join(old, new)
+    assert joined is not None
+    lo = joined.lo if joined.lo >= old.lo else -INF
+    hi = joined.hi if joined.hi <= old.hi else INF
+    return replace(joined, lo=lo, hi=hi, nonzero=joined.nonzero and (lo > 0 or hi < 0 or old.nonzero))
+
+
+__all__ = ["Evidence", "Value", "TOP", "INF", "point", "interval", "join", "widen"]
