@@ -162,6 +162,9 @@ class FileContext:
         self.diagnostics: List[Diagnostic] = []
         # Internal errors of rules (reported on stderr; the findings of the run still count).
         self.errors: List[str] = []
+        # Set while a hook that failed is run again for its finding alone: no fix, no probe,
+        # and a canonical form that fails falls back to the node as written.
+        self.degraded = False
         self._positions = None
         self._lines: Optional[List[str]] = None
         self._starts: Optional[List[int]] = None
@@ -410,6 +413,8 @@ class FileContext:
         builder that fails costs only its own part (the finding stays, without its fix or
         probe) and leaves an internal-error line naming the rule and the position."""
         start, end = self.span(node)
+        if self.degraded:  # a retry after the rule failed: the finding alone
+            edits, probe = (), None
         edits = self._built(rule, start, "fix", edits, ())
         probe = self._built(rule, start, "probe", probe, None)
         fix = None
@@ -505,9 +510,13 @@ class FileContext:
         """`node` with torch aliases spelled out in full and (with `inline`) local names
         replaced by what they hold, as a probe's expression must stand on its own. Names in
         `keep` stay free inputs (a trainable tensor: its initializer says nothing)."""
-        return node.visit(
-            _Canonicalizer(self, env if env is not None else self.scope.bindings, inline, frozenset(keep))
-        )
+        canonicalizer = _Canonicalizer(self, env if env is not None else self.scope.bindings, inline, frozenset(keep))
+        if not self.degraded:
+            return node.visit(canonicalizer)
+        try:
+            return node.visit(canonicalizer)
+        except Exception:  # noqa: BLE001 - degraded retry: the node as written still matches
+            return node
 
     def expression_probe(
         self,
@@ -515,11 +524,13 @@ class FileContext:
         fixed: Optional[cst.BaseExpression],
         domains: Optional[Dict[str, Union[Tuple[float, float], ProbeInput]]] = None,
         relations: Tuple[Tuple[str, str, str], ...] = (),
-    ) -> Probe:
+    ) -> Optional[Probe]:
         """A probe for `original` -> `fixed`, both already canonical (see `canonical`).
         Calls to user code (`model(x)`) become free inputs: the verifier runs torch only.
         `domains` maps an input's name to an interval, or to a ProbeInput whose domain, kind,
         dim and evidence are copied (its name and value are the probe's own)."""
+        if self.degraded:
+            return None
         original, fixed = abstract_calls(original, fixed)
         inputs: List[ProbeInput] = []
         seen: Set[str] = set()

@@ -144,12 +144,28 @@ class _Walker:
             try:
                 handler(node, self.ctx)
             except Exception as exc:  # a rule bug must not lose the rest of the run
-                rule = getattr(handler, "__self__", None)
-                try:
-                    at = self.ctx.span(node)[0]
-                except Exception:  # noqa: BLE001 - positions of a node the walk reached
-                    at = Position(1, 1)
-                self.ctx.internal_error(getattr(rule, "code", "?"), at, "matching", exc)
+                self._contain(handler, node, exc)
+
+    def _contain(self, handler: Callable, node: cst.CSTNode, exc: Exception) -> None:
+        """A hook raised: run it once more for its finding alone (most failures are in
+        building a fix or a probe), and record one line naming rule, file and position."""
+        ctx = self.ctx
+        before = len(ctx.diagnostics)
+        ctx.degraded = True
+        try:
+            handler(node, ctx)
+            kept = len(ctx.diagnostics) > before
+        except Exception:  # noqa: BLE001 - the matcher itself fails: that finding is lost
+            kept = False
+        finally:
+            ctx.degraded = False
+        rule = getattr(handler, "__self__", None)
+        try:
+            at = ctx.span(node)[0]
+        except Exception:  # noqa: BLE001 - positions of a node the walk reached
+            at = Position(1, 1)
+        doing = "building its fix or probe (the finding is kept without them)" if kept else "matching"
+        ctx.internal_error(getattr(rule, "code", "?"), at, doing, exc)
 
     def walk(self, node: cst.CSTNode) -> None:
         if self.deadline is not None:

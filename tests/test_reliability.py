@@ -323,3 +323,21 @@ def test_noqa_holds_whatever_the_line_endings_and_odd_characters_above(cli, tmp_
     write(tmp_path / "m.py", ending.join(lines))
     result = cli("m.py")
     assert [l.split(" ")[0] for l in result.out.splitlines() if "NAN102" in l] == ["m.py:4:5:"]
+
+
+def test_a_failing_canonical_form_costs_the_fix_and_probe_not_the_finding(monkeypatch):
+    # A bug in the shared canonicalizer (probes and fixes of every rule go through it) must
+    # not lose findings: the hook is run again for its finding alone.
+    import nanlint.context as context
+
+    def broken(self, original, updated):
+        raise RuntimeError("canonicalizer bug")
+
+    monkeypatch.setattr(context._Canonicalizer, "leave_Name", broken)
+    source = "import torch\ndef f(x):\n    return torch.log(torch.softmax(x, -1))\n"
+    result = lint_source("m.py", source, [get_rule("NAN102")])
+    (d,) = result.diagnostics
+    assert (d.code, d.start, d.fix, d.probe) == ("NAN102", Position(3, 12), None, None)
+    (line,) = result.errors
+    assert line.startswith("internal error in NAN102 at m.py:3:12 while building its fix or probe "
+                           "(the finding is kept without them): RuntimeError: canonicalizer bug")
