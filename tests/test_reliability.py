@@ -341,3 +341,11 @@ def test_a_failing_canonical_form_costs_the_fix_and_probe_not_the_finding(monkey
     (line,) = result.errors
     assert line.startswith("internal error in NAN102 at m.py:3:12 while building its fix or probe "
                            "(the finding is kept without them): RuntimeError: canonicalizer bug")
+
+
+def test_a_method_call_with_extra_positionals_is_no_internal_error():
+    # Found by the fuzzer: `th` unimported, `th.mul(b, th.log(b))` reads as a method call
+    # with three operands; the analysis's binary transfer functions unpacked exactly two.
+    source = "import torch\ndef f(h):\n    b = h.clamp(min=0)\n    return -th.mul(b, th.log(b)), th.pow(b, 2, 3)\n"
+    result = lint_source("m.py", source, all_rules())
+    assert result.errors == []

@@ -89,7 +89,7 @@ def neg(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 def sub(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     if len(args) < 2:
         return TOP
-    a, b = args
+    a, b = args[0], args[1]  # extra positionals (out=, alpha) do not change the value
     out = add([a, neg([b], {}, {}, line)], kw, codes, line)
     if _scalar(a) == 1.0 and b.prob and not b.lo > 0:
         # 1 - p rounds to 0 where p rounds to 1.
@@ -102,7 +102,7 @@ def sub(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 def mul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     if len(args) < 2:
         return TOP
-    a, b = args
+    a, b = args[0], args[1]  # extra positionals (out=, alpha) do not change the value
     lo, hi = _mul_bounds(a, b)
     zero = a.zero or b.zero
     if a.unit and b.unit:
@@ -118,7 +118,7 @@ def mul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 def div(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     if len(args) < 2:
         return TOP
-    a, b = args
+    a, b = args[0], args[1]  # extra positionals (out=, alpha) do not change the value
     if b.excludes_zero and b.lo > 0:
         inv = interval(1 / b.hi if b.hi != INF else 0.0, 1 / b.lo)
         lo, hi = _mul_bounds(a, inv)
@@ -206,7 +206,7 @@ def square(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 def pow_(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     if len(args) < 2:
         return TOP
-    a, e = args
+    a, e = args[0], args[1]
     k = _scalar(e)
     if k is not None and k == 2:
         return square([a], {}, {}, line)
