@@ -14,6 +14,8 @@ import click
 from . import __version__
 from .config import ConfigError, apply_cli, load_settings
 from .diagnostics import Diagnostic
+from .cache import open_cache
+from .progress import progress_for
 from .runner import run
 from .output import FORMATS, render
 from .rules import all_rules, get_rule
@@ -52,6 +54,10 @@ def _plural(n: int, word: str) -> str:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too (for pre-commit).")
 @click.option("--config", "config_path", metavar="PATH", help="Read settings from this TOML file instead of the nearest pyproject.toml.")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), metavar="N", help="Lint in N worker processes (default: the config's `jobs`, else one per usable CPU; 1: no workers; 0: one per usable CPU).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
+@click.option("--cache-dir", metavar="PATH", help="Keep the result cache here (default: $NANLINT_CACHE_DIR, the config's `cache-dir`, else .nanlint_cache at the project root).")
+@click.option("--quiet", "-q", is_flag=True, help="Show no progress bar.")
 def check(
     paths: Sequence[str],
     fix: bool,
@@ -65,12 +71,21 @@ def check(
     exit_zero: bool,
     force_exclude: bool,
     config_path: Optional[str],
+    jobs: Optional[int],
+    no_cache: bool,
+    cache_dir: Optional[str],
+    quiet: bool,
 ) -> None:
     """Lint PATHS (default: the current directory)."""
     settings = load_settings(config_path)
     settings = apply_cli(settings, select, extend_select, ignore)
     settings.force_exclude = settings.force_exclude or force_exclude
-    result = run(paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+    result = run(
+        paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
+        jobs=jobs or None,
+        cache=None if no_cache else open_cache(settings, cache_dir),
+        progress=progress_for(quiet),
+    )
     diagnostics, internal_errors, fixed = result.diagnostics, result.errors, result.fixed
     for message in result.warnings:
         click.echo(f"nanlint: warning: {message}", err=True)

@@ -26,6 +26,8 @@ KNOWN_KEYS = {
     "force-exclude",
     "respect-gitignore",
     "precision",
+    "jobs",
+    "cache-dir",
 }
 # `precision = "fp16"`: the project runs in half precision (half-only hazards are reported
 # everywhere, not only where the file shows a half dtype).
@@ -72,6 +74,10 @@ class Settings:
     # Skip what git ignores when walking a directory (as ruff does).
     respect_gitignore: bool = True
     precision: Optional[str] = None  # "float16" / "bfloat16" from `precision`, else None
+    # Worker processes (None: every usable CPU) and where results are cached (None: the
+    # project root's .nanlint_cache).
+    jobs: Optional[int] = None
+    cache_dir: Optional[Path] = None
     # Directory that relative patterns in the config are relative to.
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None  # the file the settings came from
@@ -240,6 +246,15 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
                 f"{where}: `precision` must be one of {', '.join(sorted(PRECISIONS))}"
             )
         settings.precision = PRECISIONS[value.lower()]
+    if "jobs" in table:
+        jobs = table["jobs"]
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+            raise ConfigError(f"{where}: `jobs` must be a whole number (0: one per usable CPU)")
+        settings.jobs = jobs or None
+    if "cache-dir" in table:
+        if not isinstance(table["cache-dir"], str) or not table["cache-dir"]:
+            raise ConfigError(f"{where}: `cache-dir` must be a path")
+        settings.cache_dir = settings.root / Path(table["cache-dir"]).expanduser()
     if "per-file-ignores" in table:
         pfi = table["per-file-ignores"]
         if not isinstance(pfi, dict):

@@ -1,0 +1,182 @@
+"""Lint files one by one or in a pool of worker processes, with identical results.
+
+Each file is read, linted (or fixed) and dropped in the process that handles it: a worker
+returns only diagnostics, messages and the file's content hash, never a syntax tree, so the
+memory of a run is bounded by its largest file, not by the number of files. The pool uses
+the `spawn` start method (the same on every platform, and safe after torch has started
+threads in `nanlint verify`); results are put back in file order, so the output does not
+depend on the number of jobs or on which worker finished first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from .diagnostics import Diagnostic
+from .engine import io_error, lint_source
+from .files import SourceError, read_source, write_atomic
+from .fixes import fix_source
+
+# Below this much source a pool costs more to start (about half a second per worker, each
+# importing nanlint and LibCST) than it saves.
+POOL_MIN_BYTES = 200_000
+# Files sent to a worker at once: few enough to balance the load, enough to keep the
+# per-message cost small; the largest files go first and alone.
+CHUNK_FILES = 8
+CHUNK_BYTES = 256_000
+
+
+def usable_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What every file of the run gets done to it."""
+
+    fix: bool = False
+    unsafe_fixes: bool = False
+    diff: bool = False
+    precision: Optional[str] = None
+
+
+@dataclass
+class FileTask:
+    index: int
+    path: str
+    display: str
+    # Rule classes (a worker receives them by reference: module and name).
+    rules: Tuple[Any, ...]
+    size: int = 0
+    # Summaries of the project files this one imports (absolute path -> summary).
+    imported: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FileOutcome:
+    index: int
+    diagnostics: List[Diagnostic] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    fixed: int = 0
+    diff: Optional[str] = None
+    # sha256 of the bytes linted (None: unreadable). With --fix, `written_hash` is the
+    # hash of the bytes written: the remaining diagnostics belong to that content.
+    content_hash: Optional[str] = None
+    written_hash: Optional[str] = None
+
+
+def _hash_text(text: str, encoding: str) -> Optional[str]:
+    try:
+        return hashlib.sha256(text.encode(encoding)).hexdigest()
+    except (UnicodeError, LookupError):
+        return None
+
+
+def process_file(task: FileTask, mode: Mode) -> FileOutcome:
+    """Lint (and with --fix/--diff, fix) one file. Never raises for bad input."""
+    out = FileOutcome(task.index)
+    path = Path(task.path)
+    try:
+        source = read_source(path)
+    except SourceError as exc:
+        out.diagnostics.append(io_error(task.display, str(exc)))
+        return out
+    # The hash of the text as decoded (re-encoded, it is the file's bytes): the cache
+    # stores this result under the content it was computed from, whatever changed since.
+    out.content_hash = _hash_text(source.text, source.encoding)
+    rules = list(task.rules)
+    if not (mode.fix or mode.diff):
+        result = lint_source(task.display, source.text, rules, mode.precision)
+        out.diagnostics = result.diagnostics
+        out.errors = result.errors
+        return out
+    outcome = fix_source(task.display, source.text, rules, mode.unsafe_fixes, mode.precision)
+    out.errors.extend(outcome.remaining.errors)
+    for d, reason in outcome.dropped:
+        out.warnings.append(
+            f"fix for {d.code} at {d.path}:{d.start.row}:{d.start.column} dropped: {reason}"
+        )
+    if outcome.source != source.text:
+        out.fixed = outcome.applied
+        if mode.diff:
+            from .runner import unified_diff
+
+            out.diff = unified_diff(task.display, source.text, outcome.source)
+        else:
+            try:
+                write_atomic(path, outcome.source, source.encoding)
+            except OSError as exc:
+                out.errors.append(f"cannot write {task.display}: {exc}")
+                out.diagnostics = []
+                out.fixed = 0
+                return out
+            out.written_hash = _hash_text(outcome.source, source.encoding)
+    out.diagnostics = outcome.remaining.diagnostics
+    return out
+
+
+def _process_chunk(tasks: List[FileTask], mode: Mode) -> List[FileOutcome]:
+    return [process_file(t, mode) for t in tasks]
+
+
+def _chunks(tasks: Sequence[FileTask]) -> List[List[FileTask]]:
+    ordered = sorted(tasks, key=lambda t: -t.size)
+    chunks: List[List[FileTask]] = []
+    current: List[FileTask] = []
+    size = 0
+    for t in ordered:
+        if current and (len(current) >= CHUNK_FILES or size + t.size > CHUNK_BYTES):
+            chunks.append(current)
+            current, size = [], 0
+        current.append(t)
+        size += t.size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def run_tasks(
+    tasks: Sequence[FileTask],
+    mode: Mode,
+    jobs: int,
+) -> Iterator[FileOutcome]:
+    """Process `tasks`, yielding outcomes as they finish (in any order; callers order them
+    by `index`). `jobs` 1, or too little work to pay for a pool, runs in this process."""
+    workers = min(jobs, len(tasks))
+    if workers <= 1 or sum(t.size for t in tasks) < POOL_MIN_BYTES:
+        for t in tasks:
+            yield process_file(t, mode)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {pool.submit(_process_chunk, chunk, mode): chunk for chunk in _chunks(tasks)}
+        try:
+            for future in as_completed(futures):
+                try:
+                    outcomes = future.result()
+                except Exception as exc:  # a worker died (killed, out of memory)
+                    outcomes = [_worker_failed(t, exc) for t in futures[future]]
+                yield from outcomes
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _worker_failed(task: FileTask, exc: BaseException) -> FileOutcome:
+    reason = str(exc) or type(exc).__name__
+    return FileOutcome(
+        task.index,
+        errors=[f"internal error on {task.display}: the worker process linting it failed ({reason})"],
+    )
