@@ -16,7 +16,7 @@ import io
 import tokenize
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -165,6 +165,9 @@ class FileContext:
         self.precision = None
         # The stack of nodes being visited (the engine keeps it), for rules that look up.
         self.stack: List[cst.CSTNode] = []
+        # Summaries of the project modules this file imports, by the module as the import
+        # spells it (`.nets`, `pkg.nets`): what the project index knows of other files.
+        self.imported: Dict[str, Any] = {}
         # Top-level imports are read before the traversal so fixes know the file's aliases.
         for stmt in module.body:
             if isinstance(stmt, cst.SimpleStatementLine):

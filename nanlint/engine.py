@@ -6,7 +6,7 @@ import dataclasses
 import re
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
 
 import libcst as cst
 
@@ -274,10 +274,12 @@ def lint_source(
     source: str,
     rule_classes: Sequence[Type[Rule]],
     precision: Optional[str] = None,
+    imported: Optional[Dict[str, Any]] = None,
 ) -> LintResult:
     """Diagnostics for one file's text. Never raises for bad input. `precision` is the
     config's `precision` ("float16"/"bfloat16": the code is known to run in half precision
-    even where the file does not show it; None: only what the file shows counts)."""
+    even where the file does not show it; None: only what the file shows counts).
+    `imported`: summaries of the project modules the file imports (`project.ProjectIndex`)."""
     if may_match(source):
         rule_classes = [r for r in rule_classes if r.may_fire(source)]
     else:
@@ -303,6 +305,7 @@ def lint_source(
         return LintResult([syntax_error(path, source, *found)])
     ctx = FileContext(path, source, module)
     ctx.precision = Precision(ctx, configured=precision)
+    ctx.imported = dict(imported or {})
     errors: List[str] = []
     rules = [cls() for cls in rule_classes]
     try:

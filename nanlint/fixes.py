@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, List, Sequence, Set, Tuple, Type
+from typing import Any, Dict, Optional, List, Sequence, Set, Tuple, Type
 
 import libcst as cst
 
@@ -90,12 +90,13 @@ def fix_source(
     rule_classes: Sequence[Type[Rule]],
     unsafe: bool,
     precision: Optional[str] = None,
+    imported: Optional[Dict[str, Any]] = None,
 ) -> FixOutcome:
     """Lint, apply the fixes that do not conflict, re-lint, until a fixed point."""
     applied = 0
     dropped: List[Tuple[Diagnostic, str]] = []
     rejected: Set[Tuple[str, Tuple[Edit, ...]]] = set()
-    result = lint_source(path, source, rule_classes, precision)
+    result = lint_source(path, source, rule_classes, precision, imported)
     for _ in range(MAX_ROUNDS):
         candidates = [
             d
@@ -136,5 +137,5 @@ def fix_source(
             break
         applied += len(chosen)
         source = new_source
-        result = lint_source(path, source, rule_classes, precision)
+        result = lint_source(path, source, rule_classes, precision, imported)
     return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped)

@@ -55,7 +55,7 @@ class FileTask:
     # Rule classes (a worker receives them by reference: module and name).
     rules: Tuple[Any, ...]
     size: int = 0
-    # Summaries of the project files this one imports (absolute path -> summary).
+    # Summaries of the project modules this file imports, by the module as spelled there.
     imported: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -94,11 +94,11 @@ def process_file(task: FileTask, mode: Mode) -> FileOutcome:
     out.content_hash = _hash_text(source.text, source.encoding)
     rules = list(task.rules)
     if not (mode.fix or mode.diff):
-        result = lint_source(task.display, source.text, rules, mode.precision)
+        result = lint_source(task.display, source.text, rules, mode.precision, task.imported)
         out.diagnostics = result.diagnostics
         out.errors = result.errors
         return out
-    outcome = fix_source(task.display, source.text, rules, mode.unsafe_fixes, mode.precision)
+    outcome = fix_source(task.display, source.text, rules, mode.unsafe_fixes, mode.precision, task.imported)
     out.errors.extend(outcome.remaining.errors)
     for d, reason in outcome.dropped:
         out.warnings.append(

@@ -26,7 +26,7 @@ ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # `import a.b, c as d` and `from ..a.b import (x, y as z)` at the start of a line.
 _IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\r\n#;]+)", re.M)
 _FROM = re.compile(
-    rb"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\r\n#;]*(?:\\\r?\n[^\r\n#;]*)*)",
+    rb"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\r\n#;\\]*(?:\\\r?\n[^\r\n#;\\]*)*)",
     re.M,
 )
 _WORD = re.compile(r"[A-Za-z_]\w*")
@@ -201,10 +201,12 @@ class ProjectIndex:
         except ValueError:
             return False
 
-    def resolve(self, path: Path, ref: ImportRef) -> List[Path]:
-        """The own-module files an import refers to: the module itself, and for
-        `from M import name` the submodule M.name where there is one. A module found in
-        no search root (the standard library, an installed package) gives nothing."""
+    def resolve_parts(self, path: Path, ref: ImportRef) -> Tuple[Optional[Path], Dict[str, Path]]:
+        """The own-module files an import refers to: the module's file (None when it is not
+        a project file, or a folder without `__init__.py`), and for `from M import name` the
+        submodules M.name that are files. An absolute import is looked up in each search
+        root in turn; a module found in none (the standard library, an installed package)
+        gives nothing."""
         path = self.normalize(path)
         root = self.root_of(path)
         if ref.level:
@@ -214,22 +216,26 @@ class ProjectIndex:
             bases = [base]
         else:
             bases = self.search_roots(path)
+        parts = [p for p in ref.module.split(".") if p]
         for base in bases:
-            found: List[Path] = []
             module_file = self._module_file(base, ref.module)
-            if module_file is not None:
-                found.append(module_file)
-            package_dir = base.joinpath(*[p for p in ref.module.split(".") if p])
+            package_dir = base.joinpath(*parts)
+            subs = {}
             for name in ref.names:
                 sub = self._module_file(package_dir, name)
-                if sub is not None and sub not in found:
-                    found.append(sub)
-            if not found and ref.level == 0 and not (package_dir.is_dir() and ref.module):
+                if sub is not None:
+                    subs[name] = sub
+            if module_file is None and not subs and ref.level == 0:
                 continue  # not in this root: try the next
-            own = [f for f in found if self._inside(f, root) and f != path]
-            if found or ref.level:
-                return own
-        return []
+            own = lambda f: f is not None and f != path and self._inside(f, root)  # noqa: E731
+            return (module_file if own(module_file) else None), {n: f for n, f in subs.items() if own(f)}
+        return None, {}
+
+    def resolve(self, path: Path, ref: ImportRef) -> List[Path]:
+        """The own-module files an import refers to (see `resolve_parts`)."""
+        module_file, subs = self.resolve_parts(path, ref)
+        found = [module_file] if module_file is not None else []
+        return found + [f for f in subs.values() if f not in found]
 
     def dependencies(self, path: Path) -> List[Path]:
         """The project files `path` imports directly (sorted, without itself)."""
@@ -321,11 +327,22 @@ class ProjectIndex:
         """A summary known without computing it (read from the cache)."""
         self._summaries[self.normalize(path)] = summary
 
-    def dependency_summaries(self, path: Path) -> Dict[str, Any]:
-        """The summaries of the files `path` imports, by absolute file path."""
+    def imported_summaries(self, path: Path) -> Dict[str, Any]:
+        """The summaries of the project modules `path` imports, by the module as the import
+        spells it: `from .nets import Actor` gives `.nets`; `from . import nets` gives `.`
+        (the package's `__init__`, when it has one) and `.nets`; `import pkg.nets` gives
+        `pkg.nets`."""
         if self.summarize is None:
             return {}
-        return {str(dep): self.summary_of(dep) for dep in self.dependencies(path)}
+        out: Dict[str, Any] = {}
+        for ref in self.imports_of(path):
+            module_file, subs = self.resolve_parts(path, ref)
+            spelled = "." * ref.level + ref.module
+            if module_file is not None:
+                out[spelled] = self.summary_of(module_file)
+            for name, sub in subs.items():
+                out[spelled + ("" if spelled.endswith(".") else ".") + name] = self.summary_of(sub)
+        return out
 
     def dependency_fingerprint(self, path: Path) -> str:
         """What a file's cached result depends on outside the file: its direct own-module

@@ -74,7 +74,7 @@ def run(
     for task in tasks:
         path = Path(task.path)
         if index is not None and summarize is not None:
-            task.imported = index.dependency_summaries(path)
+            task.imported = index.imported_summaries(path)
         content = index.content_hash(path) if index is not None else None
         if cache is None or content is None:
             todo.append(task)
