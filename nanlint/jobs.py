@@ -159,24 +159,50 @@ def run_tasks(
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     context = multiprocessing.get_context("spawn")
+    failed: List[FileTask] = []
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {pool.submit(_process_chunk, chunk, mode): chunk for chunk in _chunks(tasks)}
         try:
             for future in as_completed(futures):
                 try:
                     outcomes = future.result()
-                except Exception as exc:  # a worker died (killed, out of memory)
-                    outcomes = [_worker_failed(t, exc) for t in futures[future]]
+                except Exception:  # a worker died (killed, out of memory): all pending fail
+                    failed.extend(futures[future])
+                    continue
                 yield from outcomes
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
+    if failed:
+        yield from _one_at_a_time(sorted(failed, key=lambda t: t.index), mode, context)
+
+
+def _one_at_a_time(tasks: List[FileTask], mode: Mode, context: Any) -> Iterator[FileOutcome]:
+    """Files whose worker died, each alone in a one-worker pool: the file that kills its
+    worker is reported, the others are linted (never in this process: a crash here would
+    lose the whole run)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    pending = list(tasks)
+    while pending:
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            while pending:
+                task = pending[0]
+                try:
+                    outcome = pool.submit(process_file, task, mode).result()
+                except Exception as exc:
+                    pending.pop(0)
+                    yield _worker_failed(task, exc)
+                    break  # the pool is broken: a fresh one for the rest
+                pending.pop(0)
+                yield outcome
 
 
 def _worker_failed(task: FileTask, exc: BaseException) -> FileOutcome:
     reason = str(exc) or type(exc).__name__
     return FileOutcome(
         task.index,
-        errors=[f"internal error on {task.display}: the worker process linting it failed ({reason})"],
+        errors=[f"internal error on {task.display}: the worker process linting it died ({reason}); "
+                "the other files were linted"],
     )

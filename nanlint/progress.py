@@ -15,11 +15,11 @@ DELAY_S = 0.5
 class Progress:
     """Counts files done; draws click's bar once the run has lasted DELAY_S."""
 
-    def __init__(self, total: int, stream: Optional[IO[str]] = None, delay: float = DELAY_S):
+    def __init__(self, total: int, stream: Optional[IO[str]] = None, delay: Optional[float] = None):
         self.total = total
         self.done = 0
         self.stream = stream if stream is not None else sys.stderr
-        self.delay = delay
+        self.delay = DELAY_S if delay is None else delay
         self.started = time.monotonic()
         self._bar: Any = None
 
