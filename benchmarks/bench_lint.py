@@ -320,16 +320,23 @@ def phases(args: argparse.Namespace) -> None:
     floor = results[0][1]["wall"]
     cold = results[2][1]["wall"]
     print()
-    print(f"{'phase':<48} {'wall s':>8} {'cpu s':>8} {'/floor':>7} {'/cold':>7} {'RSS MB':>7} {'worker MB':>9} {'load':>5}")
+    floor_cpu = results[0][1]["cpu"]
+    print("wall: seconds of the work; cpu: seconds of CPU of the phase and its workers (steadier than")
+    print("wall when other work shares the machine); RSS: peak of the phase's own process, and of its")
+    print("largest child (a worker; `git ls-files` for a 1-job run); load: 1-minute load average before")
+    print(f"{'phase':<48} {'wall s':>8} {'cpu s':>8} {'wall/floor':>10} {'cpu/floor':>9} {'wall/cold':>9} "
+          f"{'RSS MB':>7} {'child MB':>8} {'load':>5}")
     for label, r in results:
         cpu = r["cpu"] + r["cpu_children"]
         worker = f"{r['rss_children_mb']:.0f}" if r["rss_children_mb"] > 1 else "-"
-        print(f"{label:<48} {r['wall']:>8.2f} {cpu:>8.2f} {r['wall'] / floor:>7.3f} {r['wall'] / cold:>7.3f} "
-              f"{r['rss_mb']:>7.0f} {worker:>9} {r['load_before']:>5.2f}")
+        print(f"{label:<48} {r['wall']:>8.2f} {cpu:>8.2f} {r['wall'] / floor:>10.3f} {cpu / floor_cpu:>9.3f} "
+              f"{r['wall'] / cold:>9.3f} {r['rss_mb']:>7.0f} {worker:>8} {r['load_before']:>5.2f}")
     warm = results[3][1]
     touched = results[4][1]
     print()
-    print(f"cold 1 job / floor: {results[1][1]['wall'] / floor:.2f} (goal <= 1.5)")
+    cold1 = results[1][1]
+    print(f"cold 1 job / floor: {cold1['wall'] / floor:.2f} wall, "
+          f"{(cold1['cpu'] + cold1['cpu_children']) / floor_cpu:.2f} CPU (goal <= 1.5)")
     print(f"cold {jobs} jobs / floor: {cold / floor:.2f} (goal <= 0.6 with 2 jobs)")
     print(f"warm / cold {jobs} jobs: {warm['wall'] / cold:.3f} (goal <= 0.05); files re-linted: {warm['relinted']}")
     print(f"edited {edited.relative_to(root)} ({len(importers)} project files import it): "

@@ -111,12 +111,19 @@ class ProjectIndex:
         self._summaries: Dict[Path, Any] = {}
         self._is_file: Dict[Path, bool] = {}
         self._search_roots: Dict[Path, List[Path]] = {}
+        self._normalized: Dict[str, Path] = {}
+        self._listings: Dict[str, frozenset] = {}
+        self._lookups: Dict[Tuple[Tuple[Path, ...], ImportRef], Tuple[Optional[Path], Dict[str, Path]]] = {}
+        self._inside_memo: Dict[Tuple[Path, Optional[Path]], bool] = {}
 
     # -- files --------------------------------------------------------------------------
 
-    @staticmethod
-    def normalize(path: Path) -> Path:
-        return Path(os.path.abspath(path))
+    def normalize(self, path: Path) -> Path:
+        key = str(path)
+        known = self._normalized.get(key)
+        if known is None:
+            known = self._normalized[key] = Path(os.path.abspath(key))
+        return known
 
     def root_of(self, path: Path) -> Optional[Path]:
         directory = self.normalize(path).parent
@@ -125,10 +132,23 @@ class ProjectIndex:
         return self._roots[directory]
 
     def _exists(self, path: Path) -> bool:
+        """Whether `path` is a file, from one listing per directory (an import is looked up
+        in several roots: most candidates do not exist, and a stat each is slow)."""
         known = self._is_file.get(path)
         if known is None:
-            known = self._is_file[path] = path.is_file()
+            known = self._is_file[path] = path.name in self._files_in(str(path.parent))
         return known
+
+    def _files_in(self, directory: str) -> frozenset:
+        listing = self._listings.get(directory)
+        if listing is None:
+            try:
+                with os.scandir(directory) as entries:
+                    listing = frozenset(e.name for e in entries if e.is_file())
+            except OSError:
+                listing = frozenset()
+            self._listings[directory] = listing
+        return listing
 
     def content_hash(self, path: Path) -> Optional[str]:
         """sha256 of the file's bytes (None when it cannot be read); memoized for the run."""
@@ -182,24 +202,26 @@ class ProjectIndex:
         return out
 
     def _module_file(self, base: Path, dotted: str) -> Optional[Path]:
+        """`base/a/b.py` or `base/a/b/__init__.py` for `a.b` (strings, not Paths, until
+        found: most lookups miss)."""
         parts = [p for p in dotted.split(".") if p]
-        if not parts:
-            init = base / "__init__.py"
-            return init if self._exists(init) else None
-        target = base.joinpath(*parts)
-        for candidate in (target.with_name(target.name + ".py"), target / "__init__.py"):
-            if self._exists(candidate):
-                return candidate
+        target = os.path.join(str(base), *parts)
+        if parts:
+            head, name = os.path.split(target)
+            if name + ".py" in self._files_in(head):
+                return Path(target + ".py")
+        if "__init__.py" in self._files_in(target):
+            return Path(target, "__init__.py")
         return None
 
     def _inside(self, path: Path, root: Optional[Path]) -> bool:
         if root is None:
             return True
-        try:
-            path.relative_to(root)
-            return True
-        except ValueError:
-            return False
+        key = (path, root)
+        known = self._inside_memo.get(key)
+        if known is None:
+            known = self._inside_memo[key] = root in path.parents
+        return known
 
     def resolve_parts(self, path: Path, ref: ImportRef) -> Tuple[Optional[Path], Dict[str, Path]]:
         """The own-module files an import refers to: the module's file (None when it is not
@@ -213,9 +235,21 @@ class ProjectIndex:
             base = _package_of(path)
             for _ in range(ref.level - 1):
                 base = base.parent
-            bases = [base]
+            bases: Tuple[Path, ...] = (base,)
         else:
-            bases = self.search_roots(path)
+            bases = tuple(self.search_roots(path))
+        memo_key = (bases, ref)
+        found = self._lookups.get(memo_key)
+        if found is None:
+            found = self._lookups[memo_key] = self._lookup(bases, ref)
+        module_file, subs = found
+
+        def own(f: Optional[Path]) -> bool:
+            return f is not None and f != path and self._inside(f, root)
+
+        return (module_file if own(module_file) else None), {n: f for n, f in subs.items() if own(f)}
+
+    def _lookup(self, bases: Tuple[Path, ...], ref: ImportRef) -> Tuple[Optional[Path], Dict[str, Path]]:
         parts = [p for p in ref.module.split(".") if p]
         for base in bases:
             module_file = self._module_file(base, ref.module)
@@ -227,8 +261,7 @@ class ProjectIndex:
                     subs[name] = sub
             if module_file is None and not subs and ref.level == 0:
                 continue  # not in this root: try the next
-            own = lambda f: f is not None and f != path and self._inside(f, root)  # noqa: E731
-            return (module_file if own(module_file) else None), {n: f for n, f in subs.items() if own(f)}
+            return module_file, subs
         return None, {}
 
     def resolve(self, path: Path, ref: ImportRef) -> List[Path]:
