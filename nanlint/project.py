@@ -109,7 +109,6 @@ class ProjectIndex:
         self._deps: Dict[Path, List[Path]] = {}
         self._bytes_hash: Dict[Path, Optional[str]] = {}
         self._summaries: Dict[Path, Any] = {}
-        self._is_file: Dict[Path, bool] = {}
         self._search_roots: Dict[Path, List[Path]] = {}
         self._normalized: Dict[str, Path] = {}
         self._listings: Dict[str, frozenset] = {}
@@ -131,15 +130,9 @@ class ProjectIndex:
             self._roots[directory] = find_root(directory)
         return self._roots[directory]
 
-    def _exists(self, path: Path) -> bool:
-        """Whether `path` is a file, from one listing per directory (an import is looked up
-        in several roots: most candidates do not exist, and a stat each is slow)."""
-        known = self._is_file.get(path)
-        if known is None:
-            known = self._is_file[path] = path.name in self._files_in(str(path.parent))
-        return known
-
     def _files_in(self, directory: str) -> frozenset:
+        """The files in `directory`, from one listing per directory (an import is looked up
+        in several roots: most candidates do not exist, and a stat each is slow)."""
         listing = self._listings.get(directory)
         if listing is None:
             try:

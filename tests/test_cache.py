@@ -16,7 +16,7 @@ import pytest
 import nanlint.cache
 from nanlint.cache import Cache, diagnostic_from_data, diagnostic_to_data
 from nanlint.cli import main
-from nanlint.config import Settings, select_rules
+from nanlint.config import Settings
 from nanlint.output import render
 from nanlint.rules import Rule
 from nanlint.runner import run
