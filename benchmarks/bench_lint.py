@@ -1,19 +1,28 @@
 """How fast nanlint lints real PyTorch code, against LibCST's bare parser on the same files.
 
-    python benchmarks/bench_lint.py [--package NAME ...] [--repeat N]
+    python benchmarks/bench_lint.py [--package NAME ...] [--jobs N] [--show N]
+    python benchmarks/bench_lint.py --in-process [--package NAME ...] [--repeat N]
 
 Downloads pinned wheels of real PyTorch packages from PyPI (`pip download --no-deps`, checked
 against their sha256), caches them and their extracted .py files under benchmarks/corpus/
-(git-ignored), then, in this one process:
+(git-ignored), copies the files into a temporary project (so that touching a file changes
+nothing here), then runs each phase in a fresh Python process, one after the other:
 
-1. parses every file with `libcst.parse_module` (what any LibCST linter pays at least);
-2. lints every file with every default rule (`nanlint.engine.lint_source`).
+1. floor: read and `libcst.parse_module` every file, one process (what any LibCST linter pays);
+2. nanlint cold, 1 job (no cache to read; the cache is written);
+3. nanlint cold, all jobs (a fresh cache);
+4. nanlint warm: the same run again (every result from the cache);
+5. nanlint warm after one file is edited (a comment appended): that file and the files that
+   import it are linted again, nothing else;
+6. ruff (`ruff check --no-cache`, its default rules), when installed, as the reference.
 
-It prints the file and line counts, the seconds and files/s of each pass (CPU time of the
-process, with wall-clock time beside it: CPU time holds steady when other work shares the
-machine), the ratio of nanlint's time to the parse-only time, and the findings per rule.
-Reading files from disk is outside both timings. Each pass is timed `--repeat` times and the
-fastest run is reported.
+It prints each phase's wall-clock seconds (the work only, not the interpreter's start), CPU
+seconds (its own and its workers'), peak resident memory (its own and its largest worker's,
+from `getrusage`), the ratios to the floor and to the cold run, the machine's load average
+(other work on the machine slows every phase), and the findings per rule.
+
+`--in-process` keeps the older measurement: parse pass and lint pass in this one process,
+CPU time per pass, the fastest of `--repeat` runs.
 """
 
 from __future__ import annotations
@@ -21,13 +30,18 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
+import json
+import os
+import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
@@ -126,14 +140,7 @@ def time_pass(fn, files, repeat: int) -> Tuple[float, float, Dict[str, float]]:
     return best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--package", action="append", choices=sorted(PACKAGES),
-                        help="only this package (repeatable; default: all)")
-    parser.add_argument("--repeat", type=int, default=1, help="time each pass N times, keep the best")
-    parser.add_argument("--show", type=int, default=0, metavar="N",
-                        help="also print the first N findings of each rule (to review them)")
-    args = parser.parse_args()
+def in_process(args: argparse.Namespace) -> None:
     names = args.package or sorted(PACKAGES)
 
     roots = [fetch(name) for name in names]
@@ -189,6 +196,181 @@ def main() -> None:
             print(f"      {line}")
     if errors:
         print(f"internal errors: {len(errors) // runs} (first: {errors[0]})")
+
+
+# -- the phases, each in a fresh process ---------------------------------------------------
+
+
+def _usage() -> Dict[str, float]:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "cpu": me.ru_utime + me.ru_stime,
+        "cpu_children": kids.ru_utime + kids.ru_stime,
+        # Linux reports kilobytes; for RUSAGE_CHILDREN, the largest single child.
+        "rss_mb": me.ru_maxrss / 1024,
+        "rss_children_mb": kids.ru_maxrss / 1024,
+    }
+
+
+def phase_main(name: str, root: Path, cache_dir: Optional[Path], jobs: int) -> None:
+    """One phase in this (fresh) process; prints one JSON line."""
+    started = time.perf_counter()
+    report: Dict[str, Any] = {"phase": name}
+    if name == "floor":
+        import libcst
+
+        files = sorted(root.rglob("*.py"))
+        count = 0
+        for path in files:
+            try:
+                text = read_source(path).text
+            except SourceError:
+                continue
+            count += 1
+            try:
+                libcst.parse_module(text)
+            except Exception:
+                pass
+        report["files"] = count
+    elif name == "ruff":
+        exe = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+        done = subprocess.run([exe, "check", "--no-cache", "--exit-zero", "--quiet", "--isolated", str(root)],
+                              capture_output=True, text=True)
+        report["findings"] = len(done.stdout.splitlines())
+    else:
+        from nanlint.cache import Cache
+        from nanlint.config import Settings
+        from nanlint.runner import run
+
+        cache = Cache(cache_dir) if cache_dir is not None else None
+        os.chdir(root)
+        result = run(["."], Settings(root=root), jobs=jobs, cache=cache)
+        report["files"] = (cache.hits + cache.misses) if cache else None
+        report["relinted"] = cache.misses if cache else None
+        report["findings"] = dict(Counter(d.code for d in result.diagnostics))
+        report["errors"] = len(result.errors)
+        report["first_error"] = result.errors[0] if result.errors else None
+    report["wall"] = time.perf_counter() - started
+    report.update(_usage())
+    print(json.dumps(report))
+
+
+def run_phase(name: str, root: Path, cache_dir: Optional[Path] = None, jobs: int = 1) -> Dict[str, Any]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--phase", name, "--root", str(root), "--jobs", str(jobs)]
+    if cache_dir is not None:
+        command += ["--cache-dir", str(cache_dir)]
+    load = os.getloadavg()[0]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"phase {name} failed:\n{done.stderr}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report["load_before"] = load
+    return report
+
+
+def touched_file(root: Path) -> Tuple[Path, List[Path]]:
+    """The file the warm-after-edit phase edits: the torch file with the most importers
+    among those with at most 10 (an ordinary module, not a package's hub), and those importers."""
+    from nanlint.engine import may_match
+    from nanlint.project import ProjectIndex
+
+    index = ProjectIndex()
+    files = sorted(root.rglob("*.py"))
+    importers = index.dependents(files)
+    candidates = [
+        (len(users), path) for path, users in importers.items()
+        if len(users) <= 10 and may_match(path.read_text(encoding="utf-8", errors="replace"))
+    ]
+    _, chosen = max(candidates, key=lambda c: (c[0], str(c[1])))
+    return chosen, importers[chosen]
+
+
+def phases(args: argparse.Namespace) -> None:
+    names = args.package or sorted(PACKAGES)
+    roots = [fetch(name) for name in names]
+    jobs = args.jobs or len(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory(prefix="nanlint-bench-") as tmp:
+        root = Path(tmp) / "project"
+        for src in roots:
+            shutil.copytree(src, root / src.name, ignore=shutil.ignore_patterns(".complete"))
+        (root / "pyproject.toml").write_text("[tool.nanlint]\n")
+        files = sorted(root.rglob("*.py"))
+        lines = sum(p.read_bytes().count(b"\n") for p in files)
+        print(f"corpus: {', '.join(f'{n}=={PACKAGES[n][0]}' for n in names)}")
+        print(f"files: {len(files)}, lines: {lines}; usable CPUs: {len(os.sched_getaffinity(0))}, "
+              f"jobs for the parallel phases: {jobs}")
+        print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        cold_cache, cold1_cache = Path(tmp) / "cache-all", Path(tmp) / "cache-1"
+        results = [
+            ("libcst.parse_module only, 1 process (floor)", run_phase("floor", root)),
+            ("nanlint cold, 1 job", run_phase("nanlint", root, cold1_cache, 1)),
+            (f"nanlint cold, {jobs} jobs", run_phase("nanlint", root, cold_cache, jobs)),
+            (f"nanlint warm, {jobs} jobs", run_phase("nanlint", root, cold_cache, jobs)),
+        ]
+        edited, importers = touched_file(root)
+        with edited.open("a", encoding="utf-8") as handle:
+            handle.write("\n# edited by bench_lint\n")
+        results.append((f"nanlint warm after editing 1 file, {jobs} jobs", run_phase("nanlint", root, cold_cache, jobs)))
+        ruff = shutil.which("ruff") or (Path(sys.executable).parent / "ruff").exists()
+        if ruff:
+            results.append(("ruff check --no-cache (reference)", run_phase("ruff", root)))
+        print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+    floor = results[0][1]["wall"]
+    cold = results[2][1]["wall"]
+    print()
+    floor_cpu = results[0][1]["cpu"]
+    print("wall: seconds of the work; cpu: seconds of CPU of the phase and its workers (steadier than")
+    print("wall when other work shares the machine); RSS: peak of the phase's own process, and of its")
+    print("largest child (a worker; `git ls-files` for a 1-job run); load: 1-minute load average before")
+    print(f"{'phase':<48} {'wall s':>8} {'cpu s':>8} {'wall/floor':>10} {'cpu/floor':>9} {'wall/cold':>9} "
+          f"{'RSS MB':>7} {'child MB':>8} {'load':>5}")
+    for label, r in results:
+        cpu = r["cpu"] + r["cpu_children"]
+        worker = f"{r['rss_children_mb']:.0f}" if r["rss_children_mb"] > 1 else "-"
+        print(f"{label:<48} {r['wall']:>8.2f} {cpu:>8.2f} {r['wall'] / floor:>10.3f} {cpu / floor_cpu:>9.3f} "
+              f"{r['wall'] / cold:>9.3f} {r['rss_mb']:>7.0f} {worker:>8} {r['load_before']:>5.2f}")
+    warm = results[3][1]
+    touched = results[4][1]
+    print()
+    cold1 = results[1][1]
+    print(f"cold 1 job / floor: {cold1['wall'] / floor:.2f} wall, "
+          f"{(cold1['cpu'] + cold1['cpu_children']) / floor_cpu:.2f} CPU (goal <= 1.5)")
+    print(f"cold {jobs} jobs / floor: {cold / floor:.2f} (goal <= 0.6 with 2 jobs)")
+    print(f"warm / cold {jobs} jobs: {warm['wall'] / cold:.3f} (goal <= 0.05); files re-linted: {warm['relinted']}")
+    print(f"edited {edited.relative_to(root)} ({len(importers)} project files import it): "
+          f"files re-linted {touched['relinted']} (expected {1 + len(importers)}), "
+          f"{touched['wall'] / cold:.3f} of cold")
+    peak = max(max(r["rss_mb"], r["rss_children_mb"]) for _, r in results[1:5])
+    print(f"peak RSS of any nanlint process: {peak:.0f} MB (goal <= 300)")
+    for label, r in results[1:5]:
+        if r.get("errors"):
+            print(f"{label}: {r['errors']} internal errors (first: {r['first_error']})")
+    print("findings per rule (cold, 1 job):")
+    for code, count in sorted(results[1][1]["findings"].items()):
+        print(f"  {code}: {count}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--package", action="append", choices=sorted(PACKAGES),
+                        help="only this package (repeatable; default: all)")
+    parser.add_argument("--jobs", type=int, default=0, help="jobs of the parallel phases (default: usable CPUs)")
+    parser.add_argument("--in-process", action="store_true", help="the older single-process parse/lint comparison")
+    parser.add_argument("--repeat", type=int, default=1, help="(--in-process) time each pass N times, keep the best")
+    parser.add_argument("--show", type=int, default=0, metavar="N",
+                        help="(--in-process) also print the first N findings of each rule (to review them)")
+    parser.add_argument("--phase", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase:
+        phase_main(args.phase, Path(args.root), Path(args.cache_dir) if args.cache_dir else None, args.jobs)
+    elif args.in_process:
+        in_process(args)
+    else:
+        phases(args)
 
 
 if __name__ == "__main__":

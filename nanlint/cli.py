@@ -18,6 +18,8 @@ import click
 from . import __version__
 from .config import ConfigError, apply_cli, load_settings, parse_seconds, parse_size
 from .diagnostics import Diagnostic
+from .cache import open_cache
+from .progress import progress_for
 from .runner import run
 from .output import FORMATS, render
 from .rules import all_rules, get_rule
@@ -84,6 +86,9 @@ def _plural(n: int, word: str) -> str:
 @click.option("--no-color", is_flag=True, help="No colours, even on a terminal (so does the NO_COLOR variable).")
 @click.option("-q", "--quiet", is_flag=True, help="Print the findings only: no summary, no hints.")
 @click.option("-v", "--verbose", is_flag=True, help="Also print the settings file, each file checked and the time taken (on stderr).")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), metavar="N", help="Lint in N worker processes (default: the config's `jobs`, else one per usable CPU; 1: no workers; 0: one per usable CPU).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
+@click.option("--cache-dir", metavar="PATH", help="Keep the result cache here (default: $NANLINT_CACHE_DIR, the config's `cache-dir`, else .nanlint_cache at the project root).")
 def check(
     paths: Sequence[str],
     fix: bool,
@@ -104,6 +109,9 @@ def check(
     no_color: bool,
     quiet: bool,
     verbose: bool,
+    jobs: Optional[int],
+    no_cache: bool,
+    cache_dir: Optional[str],
 ) -> None:
     """Lint PATHS (default: the current directory); `-` reads the source from stdin."""
     if statistics and output_format not in STATISTICS_FORMATS:
@@ -144,7 +152,12 @@ def check(
 
             for path in discover(list(paths) or ["."], settings):
                 click.echo(f"nanlint: checking {path.as_posix()}", err=True)
-        result = run(paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+        result = run(
+            paths, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
+            jobs=jobs or None,
+            cache=None if no_cache else open_cache(settings, cache_dir),
+            progress=progress_for(quiet),
+        )
     diagnostics, errors, fixed = result.diagnostics, result.errors, result.fixed
     for message in result.warnings:
         click.echo(f"nanlint: warning: {message}", err=True)

@@ -29,6 +29,8 @@ KNOWN_KEYS = {
     "precision",
     "max-file-size",
     "file-timeout",
+    "jobs",
+    "cache-dir",
 }
 # Larger files are skipped with a one-line warning (generated tables, vendored blobs):
 # LibCST needs about 0.5 GB and 7 s per MB of source.
@@ -82,6 +84,10 @@ class Settings:
     precision: Optional[str] = None  # "float16" / "bfloat16" from `precision`, else None
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; 0: no limit
     file_timeout: float = DEFAULT_FILE_TIMEOUT  # seconds; 0: no limit
+    # Worker processes (None: every usable CPU) and where results are cached (None: the
+    # project root's .nanlint_cache).
+    jobs: Optional[int] = None
+    cache_dir: Optional[Path] = None
     # Directory that relative patterns in the config are relative to.
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None  # the file the settings came from
@@ -315,6 +321,15 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
                 f"{where}: `precision` must be one of {', '.join(sorted(PRECISIONS))}"
             )
         settings.precision = PRECISIONS[value.lower()]
+    if "jobs" in table:
+        jobs = table["jobs"]
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+            raise ConfigError(f"{where}: `jobs` must be a whole number (0: one per usable CPU)")
+        settings.jobs = jobs or None
+    if "cache-dir" in table:
+        if not isinstance(table["cache-dir"], str) or not table["cache-dir"]:
+            raise ConfigError(f"{where}: `cache-dir` must be a path")
+        settings.cache_dir = settings.root / Path(table["cache-dir"]).expanduser()
     if "per-file-ignores" in table:
         pfi = table["per-file-ignores"]
         if not isinstance(pfi, dict):

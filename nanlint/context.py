@@ -16,7 +16,7 @@ import tokenize
 import bisect
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -169,6 +169,8 @@ class FileContext:
         self._lines: Optional[List[str]] = None
         self._starts: Optional[List[int]] = None
         self._blocks: Optional[Dict[int, Sequence[cst.CSTNode]]] = None
+        # The analysis's memo of node code (analysis.flow._code), dropped with the file.
+        self.node_codes: Dict[int, Tuple[cst.CSTNode, str]] = {}
         self._top_level_names: Optional[Set[str]] = None
         self._comments: Optional[List[Tuple[int, int, str]]] = None
         # Constants a probe can use: `self.k = 50` in a class, `K = 50` at module level.
@@ -177,6 +179,9 @@ class FileContext:
         self.precision = None
         # The stack of nodes being visited (the engine keeps it), for rules that look up.
         self.stack: List[cst.CSTNode] = []
+        # Summaries of the project modules this file imports, by the module as the import
+        # spells it (`.nets`, `pkg.nets`): what the project index knows of other files.
+        self.imported: Dict[str, Any] = {}
         # Top-level imports are read before the traversal so fixes know the file's aliases.
         for stmt in module.body:
             if isinstance(stmt, cst.SimpleStatementLine):

@@ -6,7 +6,7 @@ import dataclasses
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
 
 import libcst as cst
 
@@ -36,7 +36,7 @@ class LintResult:
     # Internal errors (a rule crashed on one node): one line each on stderr; the findings
     # of the file, and so the exit code, are unaffected.
     errors: List[str] = field(default_factory=list)
-    module: Optional[cst.Module] = None
+    # No syntax tree: a result outlives its file's lint, and a tree is ~100x the source.
     # Why the file was not (fully) analysed (time budget, memory), for one warning line.
     skipped: Optional[str] = None
 
@@ -309,20 +309,22 @@ def lint_source(
     rule_classes: Sequence[Type[Rule]],
     precision: Optional[str] = None,
     timeout: float = 0.0,
+    imported: Optional[Dict[str, Any]] = None,
 ) -> LintResult:
     """Diagnostics for one file's text. Never raises for bad input. `precision` is the
     config's `precision` ("float16"/"bfloat16": the code is known to run in half precision
     even where the file does not show it; None: only what the file shows counts).
-    `timeout` (seconds, 0 = none) bounds the analysis: past it the file is reported skipped."""
+    `timeout` (seconds, 0 = none) bounds the analysis: past it the file is reported skipped.
+    `imported`: summaries of the project modules the file imports (`project.ProjectIndex`)."""
     try:
-        return run_deep(_lint, path, source, rule_classes, precision, timeout)
+        return run_deep(_lint, path, source, rule_classes, precision, timeout, imported)
     except (MemoryError, RecursionError) as exc:
         reason = "it needs more memory than there is" if isinstance(exc, MemoryError) else \
             "it is nested too deeply to analyse"
         return LintResult([], skipped=reason)
 
 
-def _lint(path, source, rule_classes, precision, timeout) -> LintResult:
+def _lint(path, source, rule_classes, precision, timeout, imported) -> LintResult:
     nul = source.find("\0")
     if nul != -1:
         # Python refuses NUL bytes anywhere; point at the first one, not at 1:1.
@@ -360,6 +362,7 @@ def _lint(path, source, rule_classes, precision, timeout) -> LintResult:
         return LintResult([syntax_error(path, source, *found)])
     ctx = FileContext(path, source, module)
     ctx.precision = Precision(ctx, configured=precision)
+    ctx.imported = dict(imported or {})
     rules = [cls() for cls in rule_classes]
     walker = _Walker(ctx, rules, ctx.errors)
     walker.deadline = time.monotonic() + timeout if timeout else None
@@ -372,7 +375,7 @@ def _lint(path, source, rule_classes, precision, timeout) -> LintResult:
     if diagnostics:
         diagnostics = apply_suppressions(source, diagnostics)
     diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics, ctx.errors, module, skipped)
+    return LintResult(diagnostics, ctx.errors, skipped=skipped)
 
 
 def _libcst_parses(source: str) -> bool:

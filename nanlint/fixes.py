@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional, List, Sequence, Set, Tuple, Type
+from typing import Any, Dict, Optional, List, Sequence, Set, Tuple, Type
 
 import libcst as cst
 
@@ -112,6 +112,7 @@ def fix_source(
     precision: Optional[str] = None,
     timeout: float = 0.0,
     max_rounds: int = MAX_ROUNDS,
+    imported: Optional[Dict[str, Any]] = None,
 ) -> FixOutcome:
     """Lint, apply the fixes that do not conflict, re-lint, until a fixed point. A file
     whose analysis is cut short (`result.skipped`) is not fixed: its findings may be partial."""
@@ -119,7 +120,7 @@ def fix_source(
     dropped: List[Tuple[Diagnostic, str]] = []
     rejected: Set[Tuple[str, Tuple[Edit, ...]]] = set()
     fixed_findings: List[Diagnostic] = []
-    result = lint_source(path, source, rule_classes, precision, timeout)
+    result = lint_source(path, source, rule_classes, precision, timeout=timeout, imported=imported)
     for _ in range(max_rounds):
         if result.skipped:
             break
@@ -167,6 +168,6 @@ def fix_source(
         applied += len(chosen)
         fixed_findings.extend(chosen)
         source = new_source
-        result = lint_source(path, source, rule_classes, precision, timeout)
+        result = lint_source(path, source, rule_classes, precision, timeout=timeout, imported=imported)
     return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped,
                       applied_diagnostics=fixed_findings)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Type
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
+from .cache import Cache, result_from_data, result_to_data
 from .config import Settings, relative_display, select_rules
 from .diagnostics import Diagnostic
 from .engine import io_error, lint_source
 from .files import ChangedDuringRun, SourceError, discover, read_source, write_fixed
 from .fixes import fix_source
+from .jobs import FileOutcome, FileTask, Mode, run_tasks, usable_cpus
+from .progress import Progress
+from .project import ProjectIndex, SummaryProvider
 from .text import split_lines
 
 
@@ -37,60 +43,141 @@ def run(
     fix: bool = False,
     unsafe_fixes: bool = False,
     diff: bool = False,
+    jobs: Optional[int] = None,
+    cache: Optional[Cache] = None,
+    progress: Optional[Callable[[int], Progress]] = None,
+    summarize: Optional[SummaryProvider] = None,
 ) -> RunResult:
     """Lint every file under `paths`. With `fix`, write fixed files atomically (only those
-    that change); with `diff`, collect unified diffs and write nothing."""
+    that change); with `diff`, collect unified diffs and write nothing.
+
+    `jobs`: worker processes (default: the config's `jobs`, else every usable CPU; 1 runs
+    in this process). `cache`: where results are kept between runs (None: no cache).
+    `summarize`: the summary provider of the project index (what a file's dependents may
+    know of it). The result is the same whatever `jobs` and whether the cache is used."""
     rules = select_rules(settings)
+    files = discover(list(paths) or ["."], settings)
+    mode = Mode(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, precision=settings.precision,
+                max_file_size=settings.max_file_size, file_timeout=settings.file_timeout)
+    index = ProjectIndex(summarize, summary_cache=cache) if (cache or summarize) else None
+    tasks = []
+    for i, path in enumerate(files):
+        task = FileTask(i, str(path), relative_display(path), tuple(settings.rules_for(path, rules)))
+        if index is not None:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                pass  # reported when the file is linted
+            else:
+                task.size = len(data)
+                index.note_content(path, data)
+        else:
+            try:
+                task.size = path.stat().st_size
+            except OSError:
+                pass
+        tasks.append(task)
+
+    outcomes: Dict[int, FileOutcome] = {}
+    keys: Dict[int, Tuple[str, str]] = {}  # task index -> (cache slot, dependency fingerprint)
+    bar = progress(len(tasks)) if progress is not None else None
+    todo = []
+    for task in tasks:
+        path = Path(task.path)
+        if index is not None and summarize is not None:
+            task.imported = index.imported_summaries(path)
+        content = index.content_hash(path) if index is not None else None
+        if cache is None or content is None:
+            todo.append(task)
+            continue
+        slot = Cache.slot(path, task.display, [[r.code for r in task.rules], settings.precision])
+        dependencies = index.dependency_fingerprint(path)
+        keys[task.index] = (slot, dependencies)
+        cached = cache.load(slot, Cache.key(slot, content, dependencies))
+        diagnostics = result_from_data(cached) if cached is not None else None
+        if diagnostics is not None and not (
+            (fix or diff) and any(d.is_fixable(unsafe_fixes) for d in diagnostics)
+        ):
+            outcomes[task.index] = FileOutcome(task.index, diagnostics=diagnostics)
+            if bar is not None:
+                bar.update(1)
+        else:
+            todo.append(task)
+
+    workers = jobs if jobs is not None else (settings.jobs or usable_cpus())
+    try:
+        for outcome in run_tasks(todo, mode, workers):
+            outcomes[outcome.index] = outcome
+            if bar is not None:
+                bar.update(1)
+            if cache is not None and outcome.index in keys and outcome.cacheable:
+                _remember(cache, keys[outcome.index], outcome, diff)
+    finally:
+        if bar is not None:
+            bar.close()
+
     out = RunResult()
-    for path in discover(list(paths) or ["."], settings):
-        lint_file(path, settings, rules, out, fix, unsafe_fixes, diff)
+    for i in range(len(tasks)):
+        outcome = outcomes[i]
+        out.diagnostics.extend(outcome.diagnostics)
+        out.errors.extend(outcome.errors)
+        out.internal_errors.extend(outcome.internal_errors)
+        out.warnings.extend(outcome.warnings)
+        out.fixed += outcome.fixed
+        out.diffs.extend(outcome.diffs)
+        out.applied.extend(outcome.applied)
     out.diagnostics.sort(key=Diagnostic.sort_key)
     return out
 
 
-def lint_file(path, settings: Settings, rules, out: RunResult, fix: bool, unsafe_fixes: bool, diff: bool) -> None:
-    """Lint (and fix) one file into `out`; every failure is reported and costs only this file."""
-    display = relative_display(path)
-    too_big = _over_size_limit(path, settings.max_file_size)
+def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
+              imported: Optional[Dict] = None) -> Tuple[Optional[str], Optional[str]]:
+    """Lint (and fix) one file into `out`; every failure is reported and costs only this file.
+    Returns the sha256 of the bytes linted and of the bytes written (None where there are none),
+    so a cache can store the result under the content it describes."""
+    too_big = _over_size_limit(path, mode.max_file_size)
     if too_big:
         out.warnings.append(f"{display}: skipped: {too_big}")
-        return
-    file_rules = settings.rules_for(path, rules)
+        return None, None
     if path.suffix == ".ipynb":
         from .notebooks import check_notebook
 
-        check_notebook(path, display, file_rules, settings.precision, out,
-                       fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
-        return
+        check_notebook(path, display, file_rules, mode.precision, out,
+                       fix=mode.fix, unsafe_fixes=mode.unsafe_fixes, diff=mode.diff)
+        return None, None
     try:
         source = read_source(path)
     except SourceError as exc:
         out.diagnostics.append(io_error(display, str(exc)))
-        return
-    if not (fix or diff):
-        _collect(out, display, lint_source(display, source.text, file_rules, settings.precision, settings.file_timeout))
-        return
-    outcome = fix_source(display, source.text, file_rules, unsafe_fixes, settings.precision, settings.file_timeout)
+        return None, None
+    content = hashlib.sha256(source.data).hexdigest()
+    lint = dict(timeout=mode.file_timeout, imported=imported)
+    if not (mode.fix or mode.diff):
+        _collect(out, display, lint_source(display, source.text, file_rules, mode.precision, **lint))
+        return content, None
+    outcome = fix_source(display, source.text, file_rules, mode.unsafe_fixes, mode.precision, **lint)
     for d, reason in outcome.dropped:
         out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")
-    if outcome.source != source.text and not diff:
+    written = None
+    if outcome.source != source.text and not mode.diff:
         try:
             write_fixed(path, source, outcome.source)
         except ChangedDuringRun as exc:
             # Nothing written: report the file as it was read.
             out.warnings.append(f"{display}: not fixed: {exc}")
-            _collect(out, display, lint_source(display, source.text, file_rules, settings.precision,
-                                               settings.file_timeout))
-            return
+            _collect(out, display, lint_source(display, source.text, file_rules, mode.precision, **lint))
+            return content, None
         except OSError as exc:
             out.errors.append(f"cannot write {display}: {exc}")
-            return
+            return content, None
+        written = hashlib.sha256(outcome.source.encode(source.encoding)).hexdigest()
     if outcome.source != source.text:
         out.fixed += outcome.applied
         out.applied.extend((display, d) for d in outcome.applied_diagnostics)
-        if diff:
+        if mode.diff:
             out.diffs.append(unified_diff(display, source.text, outcome.source))
     _collect(out, display, outcome.remaining)
+    return content, written
 
 
 def _collect(out: RunResult, display: str, result) -> None:
@@ -117,6 +204,21 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"
+
+
+def _remember(cache: Cache, key: Tuple[str, str], outcome: FileOutcome, diff: bool) -> None:
+    """Store a file's diagnostics under the content they describe: the written content after
+    --fix; nothing after a --diff that would change the file (they describe unwritten text)."""
+    slot, dependencies = key
+    if outcome.written_hash is not None:
+        content = outcome.written_hash
+    elif diff and outcome.diffs:
+        return
+    else:
+        content = outcome.content_hash
+    if content is None:
+        return
+    cache.store(slot, Cache.key(slot, content, dependencies), result_to_data(outcome.diagnostics))
 
 
 def unified_diff(display: str, before: str, after: str) -> str:

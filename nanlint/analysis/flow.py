@@ -98,27 +98,24 @@ def join_env(a: Optional[Env], b: Optional[Env], widening: bool = False) -> Opti
     return out
 
 
-_CODES: Dict[int, Tuple[cst.CSTNode, str]] = {}
-
-
 def _code(ctx, node: cst.CSTNode) -> str:
-    """The code of a node, memoized (codegen is the costly part of the flow); a name or an
-    attribute chain is spelled without codegen."""
+    """The code of a node, memoized per file (codegen is the costly part of the flow); a name
+    or an attribute chain is spelled without codegen. The memo lives on the file's context:
+    a module-level one kept every file's syntax tree alive to the end of the run."""
     if isinstance(node, cst.BaseExpression):
         node = strip_parens(node)
     name = dotted_name(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
     if name is not None:
         return name
+    codes: Dict[int, Tuple[cst.CSTNode, str]] = ctx.node_codes
     key = id(node)
-    hit = _CODES.get(key)
+    hit = codes.get(key)
     if hit is not None and hit[0] is node:
         return hit[1]
     from ..context import node_code
 
     text = node_code(node)
-    if len(_CODES) > 50000:
-        _CODES.clear()
-    _CODES[key] = (node, text)
+    codes[key] = (node, text)  # the node is kept so that its id cannot be reused
     return text
 
 

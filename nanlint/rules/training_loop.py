@@ -18,7 +18,6 @@ A rule fires only where the hazardous order is certain enough (`follows` for the
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -402,14 +401,14 @@ def _calls(node: cst.CSTNode):
     return out
 
 
-_CACHE: "weakref.WeakKeyDictionary[FileContext, _Facts]" = weakref.WeakKeyDictionary()
-
-
 def training_facts(ctx: FileContext) -> _Facts:
-    facts = _CACHE.get(ctx)
+    # Kept on the context, not in a module-level WeakKeyDictionary: the facts hold the
+    # context, so such a dictionary's value kept its own key (and the file's whole syntax
+    # tree) alive for the rest of the run.
+    facts = getattr(ctx, "_training_facts", None)
     if facts is None:
         facts = _Facts(ctx)
-        _CACHE[ctx] = facts
+        ctx._training_facts = facts  # type: ignore[attr-defined]
     return facts
 
 

@@ -1,0 +1,269 @@
+"""The result cache: `.nanlint_cache/` at the project root.
+
+One entry per (file, settings): the file's diagnostics under a key that holds everything the
+result depends on (the file's bytes, nanlint's own code, the rules and precision, the
+displayed path, the summaries or contents of the project files it imports). A changed input
+gives a new key, so a stale entry is never used, only overwritten. Entries are JSON (a cache
+directory can travel with a checkout: it must never be able to run code) and are written to
+a temporary file and renamed into place, so two concurrent runs each see a whole old entry
+or a whole new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import __version__
+from .diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput
+
+CACHE_DIR_NAME = ".nanlint_cache"
+ENV_VAR = "NANLINT_CACHE_DIR"
+# Bumped when the entry layout changes.
+FORMAT = 1
+
+_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by nanlint.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+
+_code_fingerprint: Optional[str] = None
+
+
+def code_fingerprint() -> str:
+    """A hash of nanlint's own source: an edited checkout (same version number, new rule
+    code) must not reuse results computed by the old code."""
+    global _code_fingerprint
+    if _code_fingerprint is None:
+        digest = hashlib.sha256(__version__.encode())
+        package = Path(__file__).resolve().parent
+        for path in sorted(package.rglob("*.py")):
+            if "verify" in path.relative_to(package).parts:
+                continue  # the verifier does not take part in linting
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            try:
+                digest.update(path.read_bytes())
+            except OSError:
+                pass
+        _code_fingerprint = digest.hexdigest()
+    return _code_fingerprint
+
+
+def find_cache_dir(cli_value: Optional[str], config_value: Optional[Path], project_root: Path) -> Path:
+    """`--cache-dir`, else `NANLINT_CACHE_DIR`, else the config's `cache-dir`, else
+    `.nanlint_cache` at the project root."""
+    if cli_value:
+        return Path(cli_value)
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env)
+    if config_value is not None:
+        return config_value
+    return project_root / CACHE_DIR_NAME
+
+
+def open_cache(settings: Any, cli_value: Optional[str] = None) -> "Cache":
+    """The cache of a run with these settings: its project root is the directory of the
+    config file, else the nearest directory above the working directory with a
+    pyproject.toml, setup.py, setup.cfg or .git, else the working directory."""
+    from .project import find_root
+
+    if settings.source is not None:
+        root = Path(settings.source).resolve().parent
+    else:
+        root = find_root(Path.cwd()) or Path.cwd()
+    return Cache(find_cache_dir(cli_value, settings.cache_dir, root))
+
+
+def _hash(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+class Cache:
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.hits = 0
+        self.misses = 0
+        self._ready = False
+        self._broken = False  # the directory cannot be written: run on without a cache
+
+    # -- keys ---------------------------------------------------------------------------
+
+    @staticmethod
+    def slot(path: Path, display: str, settings_parts: Sequence[Any]) -> str:
+        """Which entry a file's result lives in: one per file and settings, so edits
+        overwrite it instead of piling up, and two settings do not evict each other."""
+        return _hash("slot", FORMAT, os.path.abspath(path), display, list(settings_parts))
+
+    @staticmethod
+    def key(slot: str, content_hash: str, dependencies: str) -> str:
+        return _hash("key", slot, code_fingerprint(), content_hash, dependencies)
+
+    # -- storage ------------------------------------------------------------------------
+
+    def _entry_path(self, kind: str, slot: str) -> Path:
+        return self.directory / f"v{FORMAT}" / kind / slot[:2] / f"{slot}.json"
+
+    def load(self, slot: str, key: str) -> Optional[Dict[str, Any]]:
+        data = self._read(self._entry_path("results", slot))
+        if data is not None and data.get("key") == key and isinstance(data.get("result"), dict):
+            self.hits += 1
+            return data["result"]
+        self.misses += 1
+        return None
+
+    def store(self, slot: str, key: str, result: Dict[str, Any]) -> None:
+        self._write(self._entry_path("results", slot), {"key": key, "result": result})
+
+    def load_summary(self, path: Path, content_hash: str, provider: str) -> Tuple[bool, Any]:
+        """(found, summary) for a file's bytes and a summary provider."""
+        data = self._read(self._entry_path("summaries", _hash(os.path.abspath(path))))
+        provider = f"{provider}@{code_fingerprint()}"
+        if data is not None and data.get("content") == content_hash and data.get("provider") == provider:
+            return True, data.get("summary")
+        return False, None
+
+    def store_summary(self, path: Path, content_hash: str, provider: str, summary: Any) -> None:
+        entry = {"content": content_hash, "provider": f"{provider}@{code_fingerprint()}", "summary": summary}
+        self._write(self._entry_path("summaries", _hash(os.path.abspath(path))), entry)
+
+    def _read(self, path: Path) -> Optional[Dict[str, Any]]:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            return None  # missing, unreadable or damaged: a miss, never an error
+        return data if isinstance(data, dict) else None
+
+    def _prepare(self) -> bool:
+        if self._ready or self._broken:
+            return self._ready
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for name, text in (("CACHEDIR.TAG", _TAG), (".gitignore", "# Created by nanlint.\n*\n")):
+                target = self.directory / name
+                if not target.exists():
+                    _write_atomic(target, text)
+            self._ready = True
+        except OSError:
+            self._broken = True
+        return self._ready
+
+    def _write(self, path: Path, data: Dict[str, Any]) -> None:
+        if not self._prepare():
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(path, json.dumps(data, separators=(",", ":")))
+        except (OSError, TypeError, ValueError):
+            pass  # a cache that cannot be written costs speed, never a result
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# -- diagnostics as JSON data ---------------------------------------------------------------
+
+
+def _position(raw: Dict[str, int]) -> Position:
+    return Position(raw["row"], raw["column"])
+
+
+def _tuples(value: Any) -> Any:
+    """JSON has no tuples; probes hold tuples (they are frozen and hashable)."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def diagnostic_to_data(d: Diagnostic) -> Dict[str, Any]:
+    return {
+        "path": d.path,
+        "start": d.start.to_json(),
+        "end": d.end.to_json(),
+        "code": d.code,
+        "name": d.name,
+        "message": d.message,
+        "fix": d.fix.to_json() if d.fix else None,
+        "probe": _probe_to_data(d.probe) if d.probe else None,
+        "line_text": d.line_text,
+    }
+
+
+def _probe_to_data(p: Probe) -> Dict[str, Any]:
+    data = p.to_json()
+    # `params` as pairs: to_json's dict would lose their order and a repeated key.
+    data["params"] = [list(pair) for pair in p.params]
+    return data
+
+
+def diagnostic_from_data(raw: Dict[str, Any]) -> Diagnostic:
+    fix = None
+    if raw.get("fix") is not None:
+        f = raw["fix"]
+        fix = Fix(
+            f["message"],
+            tuple(Edit(_position(e["location"]), _position(e["end_location"]), e["content"]) for e in f["edits"]),
+            f["applicability"],
+        )
+    probe = None
+    if raw.get("probe") is not None:
+        p = raw["probe"]
+        probe = Probe(
+            kind=p["kind"],
+            original=p.get("original"),
+            fixed=p.get("fixed"),
+            inputs=tuple(
+                ProbeInput(
+                    i["name"],
+                    i.get("value"),
+                    tuple(i["domain"]) if i.get("domain") is not None else None,
+                    i.get("kind", "real"),
+                    i.get("dim"),
+                    i.get("evidence", ""),
+                )
+                for i in p.get("inputs") or []
+            ),
+            harness=p.get("harness"),
+            params=tuple((k, _tuples(v)) for k, v in p.get("params") or []),
+            relations=tuple(tuple(r) for r in p.get("relations") or []),
+        )
+    return Diagnostic(
+        path=raw["path"],
+        start=_position(raw["start"]),
+        end=_position(raw["end"]),
+        code=raw["code"],
+        name=raw["name"],
+        message=raw["message"],
+        fix=fix,
+        probe=probe,
+        line_text=raw.get("line_text", ""),
+    )
+
+
+def result_to_data(diagnostics: List[Diagnostic]) -> Dict[str, Any]:
+    return {"diagnostics": [diagnostic_to_data(d) for d in diagnostics]}
+
+
+def result_from_data(raw: Dict[str, Any]) -> Optional[List[Diagnostic]]:
+    """The cached diagnostics, or None when the entry is not what this code wrote."""
+    try:
+        return [diagnostic_from_data(d) for d in raw["diagnostics"]]
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None

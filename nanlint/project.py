@@ -1,0 +1,410 @@
+"""The project index: which of the project's own files each file imports.
+
+A hazard's evidence is often in another file of the same project (the model in `models.py`,
+the loss in `train.py`). This module finds the project a file belongs to, resolves its imports
+of the project's own modules to files, and hands out what a dependent needs from them: their
+summaries (computed by a pluggable function, never by re-analysing a whole imported file per
+caller) and fingerprints for the cache.
+
+Imports are found by a scan of the raw bytes, not a parse: the index must be cheap on a warm
+run where no file is parsed at all. A line that only looks like an import (inside a string)
+at worst adds a dependency, which costs a re-lint, never a wrong result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+# Files and folders that mark a project's root (the nearest one above a file wins).
+ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+# `import a.b, c as d` and `from ..a.b import (x, y as z)` at the start of a line.
+_IMPORT = re.compile(rb"^[ \t]*import[ \t]+([^\r\n#;]+)", re.M)
+_FROM = re.compile(
+    rb"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\r\n#;\\]*(?:\\\r?\n[^\r\n#;\\]*)*)",
+    re.M,
+)
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass(frozen=True)
+class ImportRef:
+    """One imported module: `level` leading dots (0: absolute), the dotted `module` after
+    them (may be empty: `from . import x`), and the names a `from` import takes from it
+    (each may be a submodule)."""
+
+    level: int
+    module: str
+    names: Tuple[str, ...] = ()
+
+
+def scan_imports(data: bytes) -> List[ImportRef]:
+    """The imports a source states, in order, from its raw bytes (any ASCII-compatible
+    encoding). Conditional and function-level imports count too: they are dependencies."""
+    found: List[ImportRef] = []
+    for m in _IMPORT.finditer(data):
+        for part in m.group(1).decode("latin-1").split(","):
+            words = part.split()
+            if words and re.fullmatch(r"[A-Za-z_][\w.]*", words[0]):
+                found.append(ImportRef(0, words[0]))
+    for m in _FROM.finditer(data):
+        level = len(m.group(1))
+        module = m.group(2).decode("latin-1").strip(".")
+        if level == 0 and not module:
+            continue
+        names_text = m.group(3).decode("latin-1").replace("\\", " ").strip("() \t\r\n")
+        names = []
+        for part in names_text.split(","):
+            words = part.split()
+            if words and _WORD.fullmatch(words[0]):
+                names.append(words[0])
+        found.append(ImportRef(level, module, tuple(names)))
+    return found
+
+
+def find_root(path: Path) -> Optional[Path]:
+    """The nearest directory at or above `path`'s directory that holds a root marker."""
+    start = path if path.is_dir() else path.parent
+    for directory in [start, *start.parents]:
+        if any((directory / marker).exists() for marker in ROOT_MARKERS):
+            return directory
+    return None
+
+
+def _package_base(file: Path) -> Path:
+    """The directory that must be on sys.path for `file`'s package to import: the first
+    directory above it without an `__init__.py`."""
+    directory = file.parent
+    while (directory / "__init__.py").is_file() and directory.parent != directory:
+        directory = directory.parent
+    return directory
+
+
+def _package_of(file: Path) -> Path:
+    """The directory `from . import x` refers to inside `file`."""
+    return file.parent
+
+
+SummaryProvider = Callable[[Path, str], Any]
+
+
+class ProjectIndex:
+    """Own-module imports of the files of one run, resolved to files, with their summaries.
+
+    `summarize(path, text)` (optional) computes a file's summary: plain data (JSON-able, so
+    the cache can store it) describing what its functions and classes return. Without it,
+    `summary_of` is None and fingerprints fall back to the dependencies' content."""
+
+    def __init__(self, summarize: Optional[SummaryProvider] = None, summary_cache: Any = None):
+        self.summarize = summarize
+        # Where summaries are kept between runs (a `cache.Cache`), keyed by content.
+        self.summary_cache = summary_cache
+        self._roots: Dict[Path, Optional[Path]] = {}
+        self._imports: Dict[Path, List[ImportRef]] = {}
+        self._deps: Dict[Path, List[Path]] = {}
+        self._bytes_hash: Dict[Path, Optional[str]] = {}
+        self._summaries: Dict[Path, Any] = {}
+        self._search_roots: Dict[Path, List[Path]] = {}
+        self._normalized: Dict[str, Path] = {}
+        self._listings: Dict[str, frozenset] = {}
+        self._lookups: Dict[Tuple[Tuple[Path, ...], ImportRef], Tuple[Optional[Path], Dict[str, Path]]] = {}
+        self._inside_memo: Dict[Tuple[Path, Optional[Path]], bool] = {}
+
+    # -- files --------------------------------------------------------------------------
+
+    def normalize(self, path: Path) -> Path:
+        key = str(path)
+        known = self._normalized.get(key)
+        if known is None:
+            known = self._normalized[key] = Path(os.path.abspath(key))
+        return known
+
+    def root_of(self, path: Path) -> Optional[Path]:
+        directory = self.normalize(path).parent
+        if directory not in self._roots:
+            self._roots[directory] = find_root(directory)
+        return self._roots[directory]
+
+    def _files_in(self, directory: str) -> frozenset:
+        """The files in `directory`, from one listing per directory (an import is looked up
+        in several roots: most candidates do not exist, and a stat each is slow)."""
+        listing = self._listings.get(directory)
+        if listing is None:
+            try:
+                with os.scandir(directory) as entries:
+                    listing = frozenset(e.name for e in entries if e.is_file())
+            except OSError:
+                listing = frozenset()
+            self._listings[directory] = listing
+        return listing
+
+    def content_hash(self, path: Path) -> Optional[str]:
+        """sha256 of the file's bytes (None when it cannot be read); memoized for the run."""
+        path = self.normalize(path)
+        if path not in self._bytes_hash:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                self._bytes_hash[path] = None
+            else:
+                self.note_content(path, data)
+        return self._bytes_hash[path]
+
+    def note_content(self, path: Path, data: bytes, imports: Optional[List[ImportRef]] = None) -> str:
+        """Record a file's bytes as read by the caller (one read per file per run); returns
+        its content hash. `imports` may come from the cache (then the bytes are not scanned)."""
+        path = self.normalize(path)
+        digest = hashlib.sha256(data).hexdigest()
+        self._bytes_hash[path] = digest
+        self._imports[path] = imports if imports is not None else scan_imports(data)
+        return digest
+
+    def imports_of(self, path: Path) -> List[ImportRef]:
+        path = self.normalize(path)
+        if path not in self._imports:
+            self.content_hash(path)
+            self._imports.setdefault(path, [])
+        return self._imports[path]
+
+    # -- resolution ---------------------------------------------------------------------
+
+    def search_roots(self, path: Path) -> List[Path]:
+        """Where absolute imports of own modules are looked up, in order: the base of the
+        file's package (for a script outside any package, its own directory: sibling scripts
+        import each other as `python script.py` puts it on sys.path), the project root and
+        its `src/` (the src layout)."""
+        directory = self.normalize(path).parent
+        known = self._search_roots.get(directory)
+        if known is not None:
+            return known
+        # A package module's own directory is not on sys.path (no implicit relative imports).
+        roots = [_package_base(self.normalize(path))]
+        root = self.root_of(path)
+        if root is not None:
+            roots += [root, root / "src"]
+        out: List[Path] = []
+        for r in roots:
+            if r not in out:
+                out.append(r)
+        self._search_roots[directory] = out
+        return out
+
+    def _module_file(self, base: Path, dotted: str) -> Optional[Path]:
+        """`base/a/b.py` or `base/a/b/__init__.py` for `a.b` (strings, not Paths, until
+        found: most lookups miss)."""
+        parts = [p for p in dotted.split(".") if p]
+        target = os.path.join(str(base), *parts)
+        if parts:
+            head, name = os.path.split(target)
+            if name + ".py" in self._files_in(head):
+                return Path(target + ".py")
+        if "__init__.py" in self._files_in(target):
+            return Path(target, "__init__.py")
+        return None
+
+    def _inside(self, path: Path, root: Optional[Path]) -> bool:
+        if root is None:
+            return True
+        key = (path, root)
+        known = self._inside_memo.get(key)
+        if known is None:
+            known = self._inside_memo[key] = root in path.parents
+        return known
+
+    def resolve_parts(self, path: Path, ref: ImportRef) -> Tuple[Optional[Path], Dict[str, Path]]:
+        """The own-module files an import refers to: the module's file (None when it is not
+        a project file, or a folder without `__init__.py`), and for `from M import name` the
+        submodules M.name that are files. An absolute import is looked up in each search
+        root in turn; a module found in none (the standard library, an installed package)
+        gives nothing."""
+        path = self.normalize(path)
+        root = self.root_of(path)
+        if ref.level:
+            base = _package_of(path)
+            for _ in range(ref.level - 1):
+                base = base.parent
+            bases: Tuple[Path, ...] = (base,)
+        else:
+            bases = tuple(self.search_roots(path))
+        memo_key = (bases, ref)
+        found = self._lookups.get(memo_key)
+        if found is None:
+            found = self._lookups[memo_key] = self._lookup(bases, ref)
+        module_file, subs = found
+
+        def own(f: Optional[Path]) -> bool:
+            return f is not None and f != path and self._inside(f, root)
+
+        return (module_file if own(module_file) else None), {n: f for n, f in subs.items() if own(f)}
+
+    def _lookup(self, bases: Tuple[Path, ...], ref: ImportRef) -> Tuple[Optional[Path], Dict[str, Path]]:
+        parts = [p for p in ref.module.split(".") if p]
+        for base in bases:
+            module_file = self._module_file(base, ref.module)
+            package_dir = base.joinpath(*parts)
+            subs = {}
+            for name in ref.names:
+                sub = self._module_file(package_dir, name)
+                if sub is not None:
+                    subs[name] = sub
+            if module_file is None and not subs and ref.level == 0:
+                continue  # not in this root: try the next
+            return module_file, subs
+        return None, {}
+
+    def resolve(self, path: Path, ref: ImportRef) -> List[Path]:
+        """The own-module files an import refers to (see `resolve_parts`)."""
+        module_file, subs = self.resolve_parts(path, ref)
+        found = [module_file] if module_file is not None else []
+        return found + [f for f in subs.values() if f not in found]
+
+    def dependencies(self, path: Path) -> List[Path]:
+        """The project files `path` imports directly (sorted, without itself)."""
+        path = self.normalize(path)
+        if path not in self._deps:
+            deps = set()
+            for ref in self.imports_of(path):
+                deps.update(self.resolve(path, ref))
+            deps.discard(path)
+            self._deps[path] = sorted(deps)
+        return self._deps[path]
+
+    def dependency_order(self, paths: Iterable[Path]) -> List[List[Path]]:
+        """`paths` and the project files they import, grouped into strongly connected
+        components, each after the components it imports: an import cycle is one group
+        (the cut: its members see each other's summaries from before the cycle, not through
+        it). Iterative Tarjan, so deep chains do not hit the recursion limit."""
+        index: Dict[Path, int] = {}
+        low: Dict[Path, int] = {}
+        on_stack: Dict[Path, bool] = {}
+        stack: List[Path] = []
+        out: List[List[Path]] = []
+        counter = 0
+        for start in sorted(self.normalize(p) for p in paths):
+            if start in index:
+                continue
+            work: List[Tuple[Path, int]] = [(start, 0)]
+            while work:
+                node, i = work.pop()
+                if i == 0:
+                    index[node] = low[node] = counter
+                    counter += 1
+                    stack.append(node)
+                    on_stack[node] = True
+                deps = self.dependencies(node)
+                if i < len(deps):
+                    work.append((node, i + 1))
+                    child = deps[i]
+                    if child not in index:
+                        work.append((child, 0))
+                    elif on_stack.get(child):
+                        low[node] = min(low[node], index[child])
+                    continue
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack[member] = False
+                        group.append(member)
+                        if member == node:
+                            break
+                    out.append(sorted(group))
+        return out
+
+    # -- what dependents see ------------------------------------------------------------
+
+    def summary_of(self, path: Path) -> Any:
+        """The file's summary from the provider (None without one, or when the file cannot
+        be read or the provider fails on it: a dependent then knows nothing of it)."""
+        path = self.normalize(path)
+        if self.summarize is None:
+            return None
+        if path not in self._summaries:
+            self._summaries[path] = None
+            content = self.content_hash(path)
+            if content is None:
+                return None
+            provider = _provider_id(self.summarize)
+            if self.summary_cache is not None:
+                found, summary = self.summary_cache.load_summary(path, content, provider)
+                if found:
+                    self._summaries[path] = summary
+                    return summary
+            try:
+                from .files import read_source
+
+                summary = self.summarize(path, read_source(path).text)
+            except Exception:  # a bad dependency must not stop the dependent's lint
+                return None
+            self._summaries[path] = summary
+            if self.summary_cache is not None:
+                self.summary_cache.store_summary(path, content, provider, summary)
+        return self._summaries[path]
+
+    def set_summary(self, path: Path, summary: Any) -> None:
+        """A summary known without computing it (read from the cache)."""
+        self._summaries[self.normalize(path)] = summary
+
+    def imported_summaries(self, path: Path) -> Dict[str, Any]:
+        """The summaries of the project modules `path` imports, by the module as the import
+        spells it: `from .nets import Actor` gives `.nets`; `from . import nets` gives `.`
+        (the package's `__init__`, when it has one) and `.nets`; `import pkg.nets` gives
+        `pkg.nets`."""
+        if self.summarize is None:
+            return {}
+        out: Dict[str, Any] = {}
+        for ref in self.imports_of(path):
+            module_file, subs = self.resolve_parts(path, ref)
+            spelled = "." * ref.level + ref.module
+            if module_file is not None:
+                out[spelled] = self.summary_of(module_file)
+            for name, sub in subs.items():
+                out[spelled + ("" if spelled.endswith(".") else ".") + name] = self.summary_of(sub)
+        return out
+
+    def dependency_fingerprint(self, path: Path) -> str:
+        """What a file's cached result depends on outside the file: its direct own-module
+        imports, by their summaries when a provider is plugged in (an edit that leaves a
+        summary alone invalidates nothing), else by their content."""
+        digest = hashlib.sha256()
+        for dep in self.dependencies(path):
+            digest.update(str(dep).encode("utf-8", "surrogateescape") + b"\0")
+            if self.summarize is not None:
+                part = summary_hash(self.summary_of(dep))
+            else:
+                part = self.content_hash(dep) or "unreadable"
+            digest.update(part.encode() + b"\0")
+        return digest.hexdigest()
+
+    def dependents(self, paths: Sequence[Path]) -> Dict[Path, List[Path]]:
+        """Reverse edges among `paths`: who imports each file (for reports and tests)."""
+        wanted = {self.normalize(p) for p in paths}
+        out: Dict[Path, List[Path]] = {p: [] for p in wanted}
+        for p in sorted(wanted):
+            for dep in self.dependencies(p):
+                if dep in out:
+                    out[dep].append(p)
+        return out
+
+
+def _provider_id(summarize: SummaryProvider) -> str:
+    """Which provider computed a cached summary (nanlint's own code is part of the cache
+    key already)."""
+    name = getattr(summarize, "__qualname__", None) or type(summarize).__qualname__
+    version = getattr(summarize, "version", "")
+    return f"{getattr(summarize, '__module__', '')}.{name}:{version}"
+
+
+def summary_hash(summary: Any) -> str:
+    import json
+
+    text = json.dumps(summary, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
