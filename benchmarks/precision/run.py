@@ -107,6 +107,15 @@ def lint(python: str, root: Path, config: Path) -> List[dict]:
     return out
 
 
+def linted_files(python: str, root: Path, config: Path) -> int:
+    """How many .py files nanlint walks in the package (its default excludes drop, e.g., the
+    copy of the sources that some wheels ship under build/lib)."""
+    code = ("import sys; from nanlint.config import load_settings; from nanlint.files import discover; "
+            "print(sum(1 for _ in discover(['.'], load_settings(sys.argv[1]))))")
+    out = subprocess.run([python, "-c", code, str(config)], cwd=root, capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
 def nanlint_origin(python: str) -> str:
     """Which nanlint the interpreter imports, and its git commit when it is a checkout."""
     where = subprocess.run([python, "-c", "import nanlint, os; print(os.path.dirname(nanlint.__file__))"],
@@ -143,7 +152,7 @@ def main() -> None:
     files: Counter = Counter()
     for p in packages:
         root = fetch(p)
-        n_files = sum(1 for _ in root.rglob("*.py"))
+        n_files = linted_files(args.python, root, config)
         files[p["split"]] += n_files
         findings = lint(args.python, root, config)
         (results / f"{p['name']}.json").write_text(json.dumps(
