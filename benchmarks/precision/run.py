@@ -1,0 +1,175 @@
+"""Lint the untuned precision corpus (corpus.json) with nanlint's default rules.
+
+    python benchmarks/precision/run.py [--python PY] [--label NAME] [--package NAME ...]
+
+Downloads each pinned wheel from PyPI (`pip download --no-deps --only-binary=:all:`), checks
+its sha256 against corpus.json, extracts its .py files under .cache/src/NAME-VERSION
+(git-ignored), then runs `PY -m nanlint check --output-format json --exit-zero` on each
+package with an empty config (the default rules, no project settings). PY is the interpreter
+whose installed nanlint is measured (default: this one), so another branch's code can be
+measured with its own venv: `--python /path/to/other/.venv/bin/python --label other`.
+
+Writes .cache/results/LABEL/PACKAGE.json (the findings: path, line, column, code, message) and
+.cache/results/LABEL/meta.json, and prints the findings per split and per rule code.
+`score.py --label LABEL` joins them with triage.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import zipfile
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List
+
+HERE = Path(__file__).resolve().parent
+CACHE = HERE / ".cache"
+MANIFEST = HERE / "corpus.json"
+
+
+def split_of(name: str) -> str:
+    """The split, fixed by the package name alone (decided before any finding was read)."""
+    return "tune" if int(hashlib.sha256(name.lower().encode()).hexdigest(), 16) % 2 == 0 else "test"
+
+
+def load_corpus() -> List[dict]:
+    packages = json.loads(MANIFEST.read_text(encoding="utf-8"))["packages"]
+    for p in packages:
+        if p["split"] != split_of(p["name"]):
+            sys.exit(f"corpus.json: {p['name']} is marked {p['split']}, its hash says {split_of(p['name'])}")
+    return packages
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def source_root(p: dict) -> Path:
+    return CACHE / "src" / f"{p['name']}-{p['version']}"
+
+
+def fetch(p: dict) -> Path:
+    """The package's .py files under .cache/src/NAME-VERSION, downloaded and checked once."""
+    target = source_root(p)
+    done = target / ".complete"
+    if done.exists():
+        return target
+    wheels = CACHE / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    wheel = wheels / p["wheel"]
+    if not wheel.exists():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+             "--quiet", "--dest", str(wheels), f"{p['name']}=={p['version']}"],
+            check=True,
+        )
+    if not wheel.exists():
+        sys.exit(f"pip download of {p['name']}=={p['version']} gave no {p['wheel']}")
+    got = sha256(wheel)
+    if got != p["sha256"]:
+        sys.exit(f"{wheel.name}: sha256 {got} does not match the pinned {p['sha256']}")
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.namelist():
+            if member.endswith(".py") and ".dist-info/" not in member:
+                archive.extract(member, target)
+    done.write_text(f"{wheel.name} {got}\n")
+    return target
+
+
+def lint(python: str, root: Path, config: Path) -> List[dict]:
+    """nanlint's default findings on one package, paths relative to the package root."""
+    proc = subprocess.run(
+        [python, "-m", "nanlint", "check", "--output-format", "json", "--exit-zero",
+         "--config", str(config), "."],
+        cwd=root, capture_output=True, text=True,
+    )
+    if proc.returncode != 0:
+        sys.exit(f"nanlint failed on {root.name} (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    out = []
+    for d in json.loads(proc.stdout):
+        out.append({
+            "path": Path(d["filename"]).as_posix().removeprefix("./"),
+            "line": d["location"]["row"],
+            "column": d["location"]["column"],
+            "code": d["code"],
+            "message": d["message"],
+        })
+    if proc.stderr.strip():
+        print(f"  {root.name}: nanlint stderr: {proc.stderr.strip()[:500]}", file=sys.stderr)
+    return out
+
+
+def linted_files(python: str, root: Path, config: Path) -> int:
+    """How many .py files nanlint walks in the package (its default excludes drop, e.g., the
+    copy of the sources that some wheels ship under build/lib)."""
+    code = ("import sys; from nanlint.config import load_settings; from nanlint.files import discover; "
+            "print(sum(1 for _ in discover(['.'], load_settings(sys.argv[1]))))")
+    out = subprocess.run([python, "-c", code, str(config)], cwd=root, capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def nanlint_origin(python: str) -> str:
+    """Which nanlint the interpreter imports, and its git commit when it is a checkout."""
+    where = subprocess.run([python, "-c", "import nanlint, os; print(os.path.dirname(nanlint.__file__))"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--", "."],
+                           capture_output=True, text=True).stdout.strip()
+    rev = commit.stdout.strip() if commit.returncode == 0 else "unknown"
+    return f"{where} @ {rev}{' (uncommitted changes)' if dirty else ''}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", default=sys.executable, help="interpreter whose nanlint is run")
+    ap.add_argument("--label", default="main", help="results go to .cache/results/LABEL")
+    ap.add_argument("--package", action="append", help="only this package (repeatable)")
+    args = ap.parse_args()
+
+    packages = load_corpus()
+    if args.package:
+        unknown = set(args.package) - {p["name"] for p in packages}
+        if unknown:
+            sys.exit(f"not in corpus.json: {', '.join(sorted(unknown))}")
+        packages = [p for p in packages if p["name"] in args.package]
+
+    results = CACHE / "results" / args.label
+    results.mkdir(parents=True, exist_ok=True)
+    config = CACHE / "empty.toml"  # the defaults: no select/ignore/precision from any pyproject
+    config.write_text("")
+    origin = nanlint_origin(args.python)
+    print(f"nanlint: {origin}")
+
+    per_rule: Dict[str, Counter] = {"tune": Counter(), "test": Counter()}
+    files: Counter = Counter()
+    for p in packages:
+        root = fetch(p)
+        n_files = linted_files(args.python, root, config)
+        files[p["split"]] += n_files
+        findings = lint(args.python, root, config)
+        (results / f"{p['name']}.json").write_text(json.dumps(
+            {"name": p["name"], "version": p["version"], "split": p["split"], "files": n_files,
+             "findings": findings}, indent=1) + "\n")
+        counts = Counter(f["code"] for f in findings)
+        per_rule[p["split"]].update(counts)
+        shown = ", ".join(f"{c} {n}" for c, n in sorted(counts.items())) or "none"
+        print(f"{p['split']:4} {p['name']}=={p['version']}: {n_files} files, {len(findings)} findings ({shown})")
+    (results / "meta.json").write_text(json.dumps({"nanlint": origin, "python": args.python}) + "\n")
+
+    for split in ("tune", "test"):
+        total = sum(per_rule[split].values())
+        print(f"\n{split}: {files[split]} files, {total} findings")
+        for code, n in sorted(per_rule[split].items()):
+            print(f"  {code}: {n}")
+
+
+if __name__ == "__main__":
+    main()
