@@ -52,6 +52,7 @@ def render_page(rule: Type[Rule]) -> str:
         ("Example", rule.example),
         ("Use instead", rule.use_instead),
         ("Fix safety", rule.fix_notes),
+        ("Precision on code it was not tuned on", rule.untuned_precision),
     ]
     for title, body in sections:
         if body.strip():

@@ -40,6 +40,8 @@ def run(args, capsys):
 def project(tmp_path, monkeypatch):
     (tmp_path / "model.py").write_text(HAZARD)
     (tmp_path / "safe.py").write_text(GUARDED)
+    # NAN107 (logsumexp by hand) is off by default since its untuned precision was measured.
+    (tmp_path / "pyproject.toml").write_text('[tool.nanlint]\nselect = ["NAN101", "NAN107"]\n')
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -38,6 +38,9 @@ class Rule:
     example: ClassVar[str] = ""
     use_instead: ClassVar[str] = ""
     measured: ClassVar[str] = ""
+    # Precision on code the rule was not tuned on (benchmarks/precision/), and why the rule is
+    # on or off by default: on only with >= 90% real findings there.
+    untuned_precision: ClassVar[str] = ""
     fix_notes: ClassVar[str] = ""
     references: ClassVar[Tuple[str, ...]] = ()
 
