@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
 from .diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput
+from .files import write_atomic
 
 CACHE_DIR_NAME = ".nanlint_cache"
 ENV_VAR = "NANLINT_CACHE_DIR"
@@ -148,7 +148,7 @@ class Cache:
             for name, text in (("CACHEDIR.TAG", _TAG), (".gitignore", "# Created by nanlint.\n*\n")):
                 target = self.directory / name
                 if not target.exists():
-                    _write_atomic(target, text)
+                    write_atomic(target, text, "utf-8", durable=False)
             self._ready = True
         except OSError:
             self._broken = True
@@ -159,23 +159,9 @@ class Cache:
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(path, json.dumps(data, separators=(",", ":")))
+            write_atomic(path, json.dumps(data, separators=(",", ":")), "utf-8", durable=False)
         except (OSError, TypeError, ValueError):
             pass  # a cache that cannot be written costs speed, never a result
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # -- diagnostics as JSON data ---------------------------------------------------------------

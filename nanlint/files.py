@@ -136,9 +136,10 @@ def write_fixed(path: Path, original: SourceFile, text: str) -> None:
     write_atomic(target, text, original.encoding)
 
 
-def write_atomic(path: Path, text: str, encoding: str) -> None:
+def write_atomic(path: Path, text: str, encoding: str, durable: bool = True) -> None:
     """Write via a temporary file in the same directory and rename over the original,
-    so the file is never half-written; keeps its permission bits."""
+    so the file is never half-written; keeps its permission bits. `durable`: flush to disk
+    before the rename (a user's file; a cache entry can skip it)."""
     data = text.encode(encoding)
     directory = path.parent
     mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
@@ -146,8 +147,9 @@ def write_atomic(path: Path, text: str, encoding: str) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, path)

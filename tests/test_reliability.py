@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from test_cli import cli  # noqa: F401 - the in-process CLI fixture, shared
 
-from nanlint.cli import main
 from nanlint.diagnostics import Edit, Position
 from nanlint.engine import lint_source
 from nanlint.fixes import SpanMismatch, apply_edits, fix_source
@@ -25,28 +24,8 @@ LOG_SOFTMAX_FIXED = "def f(x):\n    return torch.log_softmax(x, -1)\n"
 ODD = ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out, err = capsys.readouterr()
-        return Result(exc.value.code or 0, out, err)
-
-    return run
-
-
 def write(path: Path, text: str) -> Path:
+    # Bytes exactly as given (CR and CRLF endings included).
     path.write_text(text, encoding="utf-8", newline="")
     return path
 
