@@ -317,7 +317,8 @@ put an exact 0 under the root in normal use:
 Not reported: a sum of squares under the root (NAN109 reports it), a clamp or an epsilon that
 keeps the argument above 0 (`clamp(min=1e-12)`, `+ eps`), `sqrt(relu(x))` (ReLU's backward
 selects 0 where its input is not positive, so the `inf` never leaves it), code under
-`torch.no_grad()` / `torch.inference_mode()`, and values read from `.grad`, `.data` or
+`torch.no_grad()` / `torch.inference_mode()` or in a `torch.autograd.Function` (whose
+gradient is its own `backward`), and values read from `.grad`, `.data` or
 `.detach()` or turned into numbers at once (`.item()`): the hazard is in the gradient only.
 
 Off by default (enable it with `--select NAN122` or `extend-select`): like NAN109, a linter
@@ -381,7 +382,7 @@ scale of the values and changes them slightly."""
         inner = _sqrt_argument(ctx, node)
         if inner is None:
             return
-        if ctx.precision is not None and ctx.precision.in_no_grad:
+        if (ctx.precision is not None and ctx.precision.in_no_grad) or analysis.gradient_by_hand(ctx):
             return
         if _find(ctx, inner, ("sum",)) is not None:
             return  # a sum of squares: NAN109
