@@ -322,7 +322,12 @@ gradient is its own `backward`), and values read from `.grad`, `.data` or
 `.detach()` or turned into numbers at once (`.item()`): the hazard is in the gradient only.
 
 Off by default (enable it with `--select NAN122` or `extend-select`): like NAN109, a linter
-cannot see whether a square root is on a backward path.
+cannot see whether a square root is on a backward path, and most clamps at 0 before a root
+are in code that is never differentiated. On the untuned precision corpus
+(`benchmarks/precision`, 86 PyPI packages) it reported 7 places on the tune split (none on a
+training path: per-sample gradient norms, optimizer internals, a sampler) and 9 on the test
+split, of which 1 is a real gradient hazard (a Euclidean similarity used by losses, whose
+diagonal is exactly 0): precision about 0.1. Turn it on for model and loss code.
 """
     example = """\
 ```python
