@@ -113,3 +113,32 @@ def test_relations_between_a_max_and_a_min_of_the_same_tensor():
     ret = fn.body.body[-1]
     ctx.stack = [module, fn, fn.body, ret]  # as the engine has it at the return
     assert analysis.relations(ctx, ["hi", "lo", "other"]) == (("hi", ">=", "lo"),)
+
+
+def test_a_clamp_at_zero_is_cited_across_statements_and_undone_by_an_epsilon():
+    rules = [get_rule("NAN122")]
+    source = (
+        "import torch\n"
+        "def dist(a):\n"
+        "    sq = (a ** 2).sum(-1)\n"
+        "    d2 = (sq[:, None] + sq[None] - 2 * a @ a.T).clamp(min=0)\n"
+        "    return d2.sqrt()\n"
+    )
+    found = lint_source("m.py", source, rules).diagnostics
+    assert [(d.start.row, d.code) for d in found] == [(5, "NAN122")]
+    assert "clamp at line 4" in found[0].message
+    guarded = source.replace("    return d2.sqrt()\n", "    d2 = d2 + 1e-12\n    return d2.sqrt()\n")
+    assert lint_source("m.py", guarded, rules).diagnostics == []
+
+
+def test_no_gradient_is_taken_through_a_custom_autograd_function():
+    rules = [get_rule("NAN122")]
+    body = (
+        "    @staticmethod\n"
+        "    def forward(ctx, d):\n"
+        "        return torch.sqrt(d.clamp(min=0))\n"
+    )
+    custom = "import torch\nfrom torch.autograd import Function\nclass F(Function):\n" + body
+    module = "import torch\nclass F(torch.nn.Module):\n" + body
+    assert lint_source("m.py", custom, rules).diagnostics == []
+    assert [d.code for d in lint_source("m.py", module, rules).diagnostics] == ["NAN122"]

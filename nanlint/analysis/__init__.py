@@ -30,7 +30,7 @@ from .values import TOP, Evidence, Value, join
 __all__ = [
     "Evidence", "Value", "FileAnalysis", "ModuleSummary", "FunctionSummary", "ClassSummary",
     "file_analysis", "value", "cite", "zero_reason", "excludes_zero", "half_evidence",
-    "nonempty", "probe_input", "summarize_module",
+    "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "gradient_by_hand",
 ]
 
 
@@ -128,6 +128,32 @@ def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[st
     if not any(("returned by" in e.reason or "output" in e.reason or "forward" in e.reason) for e in v.evidence):
         return None
     return v.zero, cite(ctx, v)
+
+
+def clamped_to_zero(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """Evidence that `expr` was clamped at exactly 0 (`clamp(min=0)`, `clamp(0, 1)`,
+    `clamp_min(0)`) and may sit on that bound: a value computed to be >= 0 in real arithmetic
+    (a squared distance by expansion, `1 - cos ** 2`) rounds to 0 or below, and the clamp
+    passes the gradient through at the bound itself. None where the flow excludes 0."""
+    v = value(ctx, expr)
+    if v.excludes_zero or v.zero != "clamp(min=0)":
+        return None
+    return cite(ctx, v) or "clamp(min=0)"
+
+
+def gradient_by_hand(ctx: FileContext) -> bool:
+    """The node sits in a method of a `torch.autograd.Function` subclass: its `forward` runs
+    without autograd recording and its gradient is whatever `backward` returns, so no
+    derivative of the ops written there is ever taken."""
+    for node in reversed(ctx.stack):
+        if isinstance(node, cst.ClassDef):
+            for base in node.bases:
+                full = ctx.qualname(base.value) or dotted_name(base.value) or ""
+                if full in ("torch.autograd.Function", "torch.autograd.function.Function") or \
+                        full.endswith("autograd.Function") or full == "Function" and "autograd" in ctx.source:
+                    return True
+            return False
+    return False
 
 
 # exp(x) is finite up to here: float16 overflows from 11.09, float32 and bfloat16 from 88.7.

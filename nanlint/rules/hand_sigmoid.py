@@ -1,4 +1,4 @@
-"""NAN101: a sigmoid written by hand with `exp`."""
+"""NAN101: a sigmoid (or its derivative) written by hand with `exp`."""
 
 from __future__ import annotations
 
@@ -74,6 +74,12 @@ The form `exp(z) / (1 + exp(z))` is worse: for large `z` it is `inf / inf`, NaN 
 forward pass too. Inside `torch.no_grad()` / `torch.inference_mode()` (or a function decorated
 with them) the reciprocal forms are not reported, since only their gradient fails; the
 `exp(z) / (1 + exp(z))` form still is.
+
+The sigmoid's derivative written the same way, `exp(a) / (1 + exp(a)) ** 2` (the surrogate
+gradient of spiking networks, often inside a custom `backward`), is `inf / inf = NaN` once
+`exp(a)` overflows; `torch.sigmoid(a) * torch.sigmoid(-a)` is the same value and finite for
+every `a`. The fix is offered where the numerator is `exp(a)` alone; where it is a product
+(`grad * k * exp(a) / (...)`) the finding comes without one.
 
 The DBNet differentiable binarization step `torch.reciprocal(1 + torch.exp(-k * (x - y)))`
 with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32 and yields NaN
@@ -171,7 +177,67 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
                 return argument, True
         return None, False
 
+    def _derivative(self, node: cst.BaseExpression, ctx: FileContext):
+        """(A, exact) where `node` is the sigmoid's derivative `exp(A) / (1 + exp(A)) ** 2`
+        (a surrogate gradient); exact: the numerator is `exp(A)` alone, not a product with it."""
+        op = ctx.op(node)
+        if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
+            return None
+        numerator, denominator = op.args
+        square = ctx.op(strip_parens(denominator))
+        if square is not None and square.name == "pow" and len(square.args) == 2 \
+                and number_value(strip_parens(square.args[1])) == 2.0:
+            base = strip_parens(square.args[0])
+        elif square is not None and square.name == "square" and len(square.args) == 1:
+            base = strip_parens(square.args[0])
+        else:
+            return None
+        argument, _ = self._denominator(base, ctx)
+        if argument is None:
+            return None
+        factors = [strip_parens(numerator)]
+        exact = True
+        while factors:
+            factor = factors.pop()
+            inner = ctx.op(factor)
+            if inner is not None and inner.name == "exp" and len(inner.args) == 1 \
+                    and node_code(strip_parens(inner.args[0])) == node_code(strip_parens(argument)):
+                return argument, exact and factor is strip_parens(numerator)
+            if inner is not None and inner.name == "mul" and len(inner.args) == 2 and not inner.kwargs:
+                factors.extend(strip_parens(a) for a in inner.args)
+                exact = False
+        return None
+
+    def _check_derivative(self, node: cst.BaseExpression, ctx: FileContext) -> bool:
+        found = self._derivative(node, ctx)
+        if found is None:
+            return False
+        argument, exact = found
+        if analysis.exp_cannot_overflow(ctx, argument):
+            return True
+        a = node_code(strip_parens(argument))
+        minus_a = node_code(negate(ctx, strip_parens(argument)))
+        message = (
+            "derivative of the sigmoid written with `exp`: `exp(a) / (1 + exp(a)) ** 2` is "
+            "inf / inf = NaN once `a` passes 88.7 in float32 and bfloat16 (11.09 in float16); "
+            "use `torch.sigmoid(a) * torch.sigmoid(-a)`, the same value, finite for every `a`"
+        )
+        edits = ()
+        fixed = None
+        if exact:
+            sigmoid, imports = ctx.spell("torch.sigmoid")
+            edits = (ctx.replace(node, f"{sigmoid}({a}) * {sigmoid}({minus_a})"),) + imports
+            canon = strip_parens(ctx.canonical(argument))
+            fixed = cst.parse_expression(
+                f"torch.sigmoid({node_code(canon)}) * torch.sigmoid({node_code(negate(ctx, canon))})"
+            )
+        ctx.report(self, node, message, edits=edits,
+                   probe=ctx.expression_probe(ctx.canonical(node), fixed))
+        return True
+
     def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        if self._check_derivative(node, ctx):
+            return
         match = self._match(node, ctx)
         if match is None:
             return

@@ -116,6 +116,19 @@ def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Env):
 _NONNEGATIVE_OPS = ("abs", "relu", "square", "exp", "sigmoid", "softmax", "softplus")
 
 
+def shifted_by_global_max(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
+    """`x - x.max()` (also `x.data.max()`, `torch.max(x)`, `amax` with no dim): the shift is
+    one number for the whole tensor, so a sum of `exp` along a dim is 0 for every row whose
+    entries all lie far below the largest entry of the tensor."""
+    node, env, _ = _follow(ctx, strip_parens(node), env, False)
+    op = ctx.op(node)
+    if op is None or op.name != "sub" or len(op.args) != 2 or op.kwargs:
+        return False
+    shift, _ = _unwrap_shift(ctx, op.args[1], env)
+    inner = ctx.op(shift)
+    return inner is not None and inner.name in ("max", "amax") and len(inner.args) == 1 and not inner.kwargs
+
+
 def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True where `exp(node)` cannot overflow: `x - x.max(...)` (the stabilized form),
     `x - x.amax(...)`, `x - x.logsumexp(...)`, log-probabilities, `-abs(x)`, `-relu(x)`, and
@@ -838,6 +851,11 @@ and partition functions routinely leave the narrow window in which the spelled-o
 
 `torch.logsumexp(x, d)` subtracts the maximum before exponentiating and adds it back
 (`m + log(sum(exp(x - m)))`), so its `exp` never overflows and the sum is at least 1.
+
+A shift by the maximum of the whole tensor (`x - x.max()`, `x - x.data.max()`) before a sum
+along a dim is reported too: it removes the overflow but not the underflow, since a row whose
+entries all lie more than 104 (float16: 17.3) below the largest entry of the tensor still
+sums to 0. `logsumexp` shifts each row by its own maximum.
 """
     example = """\
 ```python
@@ -890,11 +908,22 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
         if exp is None or not _unary(exp.op):
             return
         argument = exp.op.args[0]
-        if _constant(ctx, argument, exp.env) or _bounded_exponent(ctx, argument, exp.env):
+        dims = _reduction_dims(total.op)
+        message = None
+        if dims is not None and dims[0] is not None and not _is_name(dims[0], "None") \
+                and shifted_by_global_max(ctx, argument, exp.env):
+            # The max-shift guards against overflow only; a row far below the global max
+            # still sums to 0.
+            message = (
+                "`log(exp(x - x.max()).sum(d))` shifts by the maximum of the whole tensor, not "
+                "of each row: a row whose entries all lie more than 104 below it (17.3 in "
+                "float16) sums to 0 and its log is -inf, with a NaN gradient; use "
+                "`torch.logsumexp`, which shifts each row by its own maximum"
+            )
+        elif _constant(ctx, argument, exp.env) or _bounded_exponent(ctx, argument, exp.env):
             return
         edits: Tuple[Edit, ...] = ()
         fixed = None
-        dims = _reduction_dims(total.op)
         # No exact fix for a sum with `dtype=`, with `dim=None`, or with `keepdim` and no dim.
         if dims is not None and not _is_name(dims[0], "None") and not (
             dims[0] is None and dims[1] is not None
@@ -914,7 +943,7 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
                 args = ["0"] if whole else [_arg_code(ctx, a) for a in rest]
                 edits = self._edits(node, ctx, exp.op, whole, args)
         ctx.report(
-            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+            self, node, message, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
         )
 
     def _edits(self, node, ctx, exp: Op, whole: bool, args: List[str]) -> Tuple[Edit, ...]:

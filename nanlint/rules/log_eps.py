@@ -8,8 +8,9 @@ import libcst as cst
 
 from .. import analysis
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
+from ..diagnostics import ProbeInput
 from ..ops import number_value
-from ..ranges import can_be_zero, dtype_witness, is_guarded
+from ..ranges import can_be_zero, dtype_witness, is_guarded, positive_constant
 from .base import UNSAFE, Rule
 from .bce import abstract_calls, inside_hand_bce
 
@@ -90,6 +91,11 @@ function of the file; the message cites where the probability came from. Guards 
 statements count: `x.clamp_(min=eps)`, `y[y == 0] = eps`, `q.masked_fill_(q <= 0, eps)`, a
 branch or assert that bounds the value, `0.98 * torch.sigmoid(z) + 0.01`.
 
+An epsilon with the wrong sign is reported too: `log(1 - p - eps)` (or `log(x - eps)` of a
+value that reaches 0) moves the argument below 0 wherever `1 - p` is below eps, as it is
+once p rounds to 1, and log of a negative number is NaN. The unsafe fix adds the epsilon
+instead (`log(1 - p + eps)`), which is what the guard meant.
+
 Not reported: values with no visible origin (a function parameter, an attribute, a model
 output whose `forward` the file does not show: the rule does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
 `softplus`, positive constants), and the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
@@ -166,6 +172,8 @@ those values matter, compute the probability in float32 or stay in log space.
         if op is None or op.name not in _LOGS or len(op.args) != 1 or op.kwargs:
             return
         arg = op.args[0]
+        if self._epsilon_subtracted(node, op, arg, ctx):
+            return
         if op.name == "log" and log_domain_case(ctx, arg):
             return
         if is_guarded(ctx, arg) or analysis.excludes_zero(ctx, arg):
@@ -200,6 +208,44 @@ those values matter, compute the probability in float32 or stay in log space.
             edits=self._edits(node, op, arg, ctx),
             probe=self._probe(node, op, arg, ctx, reason, through),
         )
+
+    def _epsilon_subtracted(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext) -> bool:
+        """`log(1 - p - eps)`: the epsilon meant to keep the argument off 0 is subtracted, so
+        it pushes the argument below 0 (NaN) wherever `1 - p` is below eps."""
+        bare = strip_parens(arg)
+        sub = ctx.op(bare)
+        if sub is None or sub.name != "sub" or sub.style != "operator" or len(sub.args) != 2:
+            return False
+        left, eps = sub.args
+        small = positive_constant(ctx, eps)  # `1e-7`, `EPS`, `torch.finfo(x.dtype).eps`
+        if small is None or (small.value is not None and small.value > 1e-3):
+            return False
+        eps_value = analysis.value(ctx, eps)
+        inner = ctx.op(strip_parens(left))
+        complement = inner is not None and inner.name == "sub" and len(inner.args) == 2 \
+            and number_value(strip_parens(inner.args[0])) == 1.0
+        left_value = analysis.value(ctx, left)
+        if not complement and not (left_value.zero is not None and left_value.lo >= 0):
+            return False
+        if left_value.lo > 0 and left_value.lo > (small.value or eps_value.hi):
+            return False
+        spelled = op.name if op.style == "method" else node_code(node.func)
+        message = (
+            f"`{spelled}({node_code(bare)})` subtracts the epsilon: where `{node_code(strip_parens(left))}` "
+            f"is below the epsilon (it can reach 0), the argument is negative and {op.name} is "
+            "NaN; add the epsilon instead"
+        )
+        flipped = f"{node_code(left)} + {node_code(eps)}"
+        fixed_arg = cst.parse_expression(f"({node_code(ctx.canonical(left))}) + ({node_code(ctx.canonical(eps))})")
+        original = ctx.canonical(node)
+        fixed = cst.parse_expression(f"{_LOGS[op.name]}({node_code(fixed_arg)})")
+        # (a span leaves out the node's own parentheses: they stay in the file)
+        # The epsilon is small and positive (the verifier must not try eps = -0.5).
+        domains = {name: ProbeInput("", domain=(1e-8, 1e-3), kind="real", evidence="an epsilon")
+                   for name in free_inputs(ctx.canonical(eps))}
+        ctx.report(self, node, message=message, edits=(ctx.replace(arg, flipped),),
+                   probe=ctx.expression_probe(original, fixed, domains))
+        return True
 
     def _edits(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext):
         witness = dtype_witness(ctx, arg)

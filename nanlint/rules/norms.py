@@ -1,4 +1,4 @@
-"""NAN109-NAN111: norms, normalization and angles written by hand.
+"""NAN109-NAN111, NAN122: norms, normalization and angles written by hand.
 
 `sqrt(sum(x ** 2))` has an infinite derivative where the vector is 0, `x / x.norm(...)` is
 0/0 at the zero vector, and `acos` of a cosine similarity is NaN once rounding pushes the
@@ -270,6 +270,159 @@ NaN there (see the table); this rule stays silent on it, as on any guard."""
     def _squares_via_local(ctx: FileContext, node: cst.BaseExpression) -> bool:
         """The squared term is a local name (`sq = x ** 2; sq.sum().sqrt()`)."""
         return isinstance(strip_parens(node), cst.Name) and ctx.value_of(strip_parens(node)) is not strip_parens(node)
+
+
+# ---------------------------------------------------------------------- NAN122
+
+
+def _sqrt_argument(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """A where `node` is `sqrt(A)`, `A.sqrt()`, `A ** 0.5` or `A.pow(0.5)`."""
+    op = ctx.op(node)
+    if op is None or op.kwargs:
+        return None
+    if op.name == "sqrt" and len(op.args) == 1:
+        return op.args[0]
+    if op.name == "pow" and len(op.args) == 2 and number_value(strip_parens(op.args[1])) == 0.5:
+        return op.args[0]
+    return None
+
+
+class SqrtAtZero(Rule):
+    code = "NAN122"
+    fails_in = 'all (gradient at 0)'
+    name = "sqrt-at-zero"
+    message = (
+        "square root of a value that reaches exactly 0: the derivative of sqrt at 0 is inf, so "
+        "the gradient is inf or NaN there"
+    )
+    fix_applicability = SAFE
+    fix_title = "Replace `sqrt(x ** 2)` with `torch.abs(x)`"
+    default_enabled = False
+    triggers = r"sqrt|\*\*\s*0?\.5|pow\(\s*0?\.5"
+    summary = "`sqrt(d ** 2)` or `sqrt(x.clamp(min=0))`: infinite or NaN gradient where the argument is exactly 0."
+    why = """\
+`sqrt(s)` has the derivative `1 / (2 * sqrt(s))`, which is `inf` at `s = 0`. Two spellings
+put an exact 0 under the root in normal use:
+
+- `sqrt(d ** 2)` (no sum inside) is `abs(d)` written by hand. Where `d` is 0 (a difference of
+  equal values, a prediction equal to its target) the chain rule multiplies sqrt's `inf` by
+  the square's derivative `2 * d = 0`: the gradient is NaN, and it reaches every parameter
+  upstream. `torch.abs(d)` is the same value and its gradient at 0 is 0.
+- `sqrt(x.clamp(min=0))` (also `clamp(0, 1)`, `clamp_min(0)`): the clamp says the author
+  expected `x` to round to 0 or below, as a squared distance computed by expansion
+  (`|a|^2 + |b|^2 - 2 a.b`, exactly 0 or slightly negative on the diagonal) or `1 - cos ** 2`
+  at an aligned pair does. The clamp passes the gradient through where `x` is exactly 0, so
+  sqrt's `inf` goes on backwards and turns into NaN in the matrix products before it.
+
+Not reported: a sum of squares under the root (NAN109 reports it), a clamp or an epsilon that
+keeps the argument above 0 (`clamp(min=1e-12)`, `+ eps`), `sqrt(relu(x))` (ReLU's backward
+selects 0 where its input is not positive, so the `inf` never leaves it), code under
+`torch.no_grad()` / `torch.inference_mode()` or in a `torch.autograd.Function` (whose
+gradient is its own `backward`), and values read from `.grad`, `.data` or
+`.detach()` or turned into numbers at once (`.item()`): the hazard is in the gradient only.
+
+Off by default (enable it with `--select NAN122` or `extend-select`): like NAN109, a linter
+cannot see whether a square root is on a backward path, and most clamps at 0 before a root
+are in code that is never differentiated. On the untuned precision corpus
+(`benchmarks/precision`, 86 PyPI packages) it reported 7 places on the tune split (none on a
+training path: per-sample gradient norms, optimizer internals, a sampler) and 9 on the test
+split, of which 1 is a real gradient hazard (a Euclidean similarity used by losses, whose
+diagonal is exactly 0): precision about 0.1. Turn it on for model and loss code.
+"""
+    example = """\
+```python
+import torch
+
+def l1_distance(x, y):
+    return torch.sqrt((x - y) ** 2).sum(-1)
+
+def pairwise_distances(a):
+    sq = (a ** 2).sum(-1)
+    d2 = sq[:, None] + sq[None, :] - 2 * a @ a.T
+    return d2.clamp(min=0).sqrt()
+```"""
+    use_instead = """\
+```python
+import torch
+
+def l1_distance(x, y):
+    return torch.abs(x - y).sum(-1)
+
+def pairwise_distances(a):
+    sq = (a ** 2).sum(-1)
+    d2 = sq[:, None] + sq[None, :] - 2 * a @ a.T
+    return d2.clamp(min=1e-12).sqrt()
+```"""
+    measured = """\
+torch 2.13 on the CPU; gradient of the output's sum.
+
+| expression | input | dtype | value | gradient |
+|---|---|---|---|---|
+| `torch.sqrt(d ** 2)` | d = [0, 2] | float32, float16, bfloat16 | [0, 2] | [NaN, 1] |
+| `torch.abs(d)` | d = [0, 2] | float32, float16, bfloat16 | [0, 2] | [0, 1] |
+| `x.clamp(min=0).sqrt()` | x = [-1, 0, 4] | float32, float16, bfloat16 | [0, 0, 2] | [0, inf, 0.25] |
+| `x.clamp(min=1e-12).sqrt()` | x = [-1, 0, 4] | float32, bfloat16 | [1e-6, 1e-6, 2] | [0, 0, 0.25] |
+| `torch.sqrt((1 - c ** 2).clamp(0, 1))` | c = [1, 0.6] | float32, float16, bfloat16 | [0, 0.8] | [-inf, -0.75] |
+| `(sq[:, None] + sq[None] - 2 * a @ a.T).clamp(min=0).sqrt()` | a: 4 random points in 3-D | float32 | diagonal 0 | all 12 entries of `a.grad` NaN |
+| `torch.sqrt(torch.relu(x))` | x = [-1, 0, 4] | float32, float16, bfloat16 | [0, 0, 2] | [0, 0, 0.25] (not reported) |
+"""
+    fix_notes = """\
+Safe, for `sqrt(d ** 2)` (also `d.pow(2)`, `torch.square(d)`, `d * d`) written in one place:
+`torch.abs(d)` is the same function in real arithmetic and in floating point (the square
+can only lose range: `d ** 2` overflows float16 from |d| > 255.9). Its gradient is `sign(d)`,
+0 at 0. No fix for a clamp at 0: the right floor (`1e-12`, `1e-8`, `eps ** 2`) depends on the
+scale of the values and changes them slightly."""
+    references = (
+        "https://github.com/pytorch/pytorch/issues/2421",
+        "https://pytorch.org/docs/stable/generated/torch.clamp.html",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
+        self._check(node, ctx)
+
+    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        inner = _sqrt_argument(ctx, node)
+        if inner is None:
+            return
+        if (ctx.precision is not None and ctx.precision.in_no_grad) or analysis.gradient_by_hand(ctx):
+            return
+        if _find(ctx, inner, ("sum",)) is not None:
+            return  # a sum of squares: NAN109
+        squared = _squared(ctx, inner, None)
+        if squared is not None:
+            x, x_env = squared
+            if not _has_free_input(ctx, x, x_env) or _without_gradient(ctx, node, x, x_env):
+                return
+            if is_guarded(ctx, x, x_env) or analysis.excludes_zero(ctx, x):
+                return
+            edits = ()
+            fixed = cst.parse_expression(f"torch.abs({_canon(ctx, x, x_env)})")
+            if ctx.op(strip_parens(inner)) is not None and not isinstance(strip_parens(inner), cst.Name):
+                spelled, imports = ctx.spell("torch.abs")
+                edits = (_edit(ctx, node, f"{spelled}({_src(ctx, x)})"),) + imports
+            message = (
+                "`sqrt(x ** 2)` is `abs(x)` with a NaN gradient where x is 0 (sqrt's derivative "
+                "there is inf, the square's is 0); use `torch.abs(x)`, whose gradient at 0 is 0"
+            )
+            ctx.report(self, node, message, edits=edits,
+                       probe=ctx.expression_probe(ctx.canonical(node), fixed))
+            return
+        evidence = analysis.clamped_to_zero(ctx, inner)
+        if evidence is None:
+            return
+        if not _has_free_input(ctx, inner, None) or _without_gradient(ctx, node, inner, None):
+            return
+        message = (
+            f"square root of a value clamped at exactly 0 ({evidence}): where it sits on the "
+            "bound the clamp passes the gradient through and sqrt's derivative there is inf, so "
+            "the gradient is inf or NaN; clamp to a small positive floor inside the root "
+            "(`clamp(min=1e-12)`) or add an epsilon"
+        )
+        probe = ctx.expression_probe(ctx.canonical(node), None, domains=analysis.input_domains(ctx, node))
+        ctx.report(self, node, message, probe=probe)
 
 
 # ---------------------------------------------------------------------- NAN110
