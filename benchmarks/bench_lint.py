@@ -79,13 +79,19 @@ def sha256(path: Path) -> str:
 def fetch(name: str) -> Path:
     """The package's .py files, extracted under corpus/src/NAME-VERSION (downloaded once)."""
     version, expected = PACKAGES[name]
-    target = CORPUS / "src" / f"{name}-{version}"
+    return fetch_wheel(name, version, expected, CORPUS)
+
+
+def fetch_wheel(name: str, version: str, expected: str, root: Path, wheel_name: str = "") -> Path:
+    """`pip download --no-deps` a pinned wheel into ROOT/wheels, check its sha256 and extract
+    its .py files into ROOT/src/NAME-VERSION, once (shared by the benchmark corpora)."""
+    target = root / "src" / f"{name}-{version}"
     done = target / ".complete"
     if done.exists():
         return target
-    wheels = CORPUS / "wheels"
+    wheels = root / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
+    pattern = wheel_name or f"{name.replace('-', '_')}-{version}-*.whl"
     found = sorted(wheels.glob(pattern))
     if not found:
         subprocess.run(
@@ -95,7 +101,7 @@ def fetch(name: str) -> Path:
         )
         found = sorted(wheels.glob(pattern))
     if not found:
-        sys.exit(f"pip download gave no wheel matching {pattern}")
+        sys.exit(f"pip download of {name}=={version} gave no wheel matching {pattern}")
     wheel = found[0]
     got = sha256(wheel)
     if got != expected:

@@ -21,12 +21,14 @@ import hashlib
 import json
 import subprocess
 import sys
-import zipfile
 from collections import Counter
 from pathlib import Path
 from typing import Dict, List
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from bench_lint import fetch_wheel  # noqa: E402  (one wheel fetcher for every corpus)
+
 CACHE = HERE / ".cache"
 MANIFEST = HERE / "corpus.json"
 
@@ -44,44 +46,9 @@ def load_corpus() -> List[dict]:
     return packages
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def source_root(p: dict) -> Path:
-    return CACHE / "src" / f"{p['name']}-{p['version']}"
-
-
 def fetch(p: dict) -> Path:
     """The package's .py files under .cache/src/NAME-VERSION, downloaded and checked once."""
-    target = source_root(p)
-    done = target / ".complete"
-    if done.exists():
-        return target
-    wheels = CACHE / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    wheel = wheels / p["wheel"]
-    if not wheel.exists():
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-             "--quiet", "--dest", str(wheels), f"{p['name']}=={p['version']}"],
-            check=True,
-        )
-    if not wheel.exists():
-        sys.exit(f"pip download of {p['name']}=={p['version']} gave no {p['wheel']}")
-    got = sha256(wheel)
-    if got != p["sha256"]:
-        sys.exit(f"{wheel.name}: sha256 {got} does not match the pinned {p['sha256']}")
-    with zipfile.ZipFile(wheel) as archive:
-        for member in archive.namelist():
-            if member.endswith(".py") and ".dist-info/" not in member:
-                archive.extract(member, target)
-    done.write_text(f"{wheel.name} {got}\n")
-    return target
+    return fetch_wheel(p["name"], p["version"], p["sha256"], CACHE, wheel_name=p["wheel"])
 
 
 def lint(python: str, root: Path, config: Path) -> List[dict]:
