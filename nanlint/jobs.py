@@ -58,15 +58,35 @@ class FileTask:
 
 
 @dataclass
-class FileOutcome:
-    index: int
+class RunResult:
     diagnostics: List[Diagnostic] = field(default_factory=list)
+    # Errors that make the run fail (exit code 2): a fixed file that could not be written.
     errors: List[str] = field(default_factory=list)
+    # A rule's internal error on one node: one line each on stderr; the findings (and so the
+    # exit code) stand, since the error cost only that rule's piece at that node.
     internal_errors: List[str] = field(default_factory=list)
+    # Warnings for stderr (a fix dropped because its result would not parse, a file skipped).
     warnings: List[str] = field(default_factory=list)
     fixed: int = 0
     diffs: List[str] = field(default_factory=list)
+    # (display path, finding) for every fix applied (`--show-fixes`).
     applied: List[Tuple[str, Diagnostic]] = field(default_factory=list)
+
+    def absorb(self, other: "RunResult") -> None:
+        """Add a file's result to the run's (callers keep file order)."""
+        self.diagnostics.extend(other.diagnostics)
+        self.errors.extend(other.errors)
+        self.internal_errors.extend(other.internal_errors)
+        self.warnings.extend(other.warnings)
+        self.fixed += other.fixed
+        self.diffs.extend(other.diffs)
+        self.applied.extend(other.applied)
+
+
+@dataclass
+class FileOutcome:
+    index: int
+    result: RunResult = field(default_factory=RunResult)
     # sha256 of the bytes linted (None: unreadable). With --fix, `written_hash` is the
     # hash of the bytes written: the remaining diagnostics belong to that content.
     content_hash: Optional[str] = None
@@ -75,20 +95,17 @@ class FileOutcome:
     @property
     def cacheable(self) -> bool:
         """Only a complete, clean result is kept: no error, no skip, no dropped fix."""
-        return not (self.errors or self.internal_errors or self.warnings)
+        r = self.result
+        return not (r.errors or r.internal_errors or r.warnings)
 
 
 def process_file(task: FileTask, mode: Mode) -> FileOutcome:
     """Lint (and with --fix/--diff, fix) one file. Never raises for bad input."""
-    from .runner import RunResult, lint_file  # the per-file work; runner imports this module
+    from .runner import lint_file  # the per-file work; runner imports this module
 
     out = RunResult()
     content, written = lint_file(Path(task.path), task.display, list(task.rules), mode, out, task.imported)
-    return FileOutcome(
-        task.index, diagnostics=out.diagnostics, errors=out.errors, internal_errors=out.internal_errors,
-        warnings=out.warnings, fixed=out.fixed, diffs=out.diffs, applied=out.applied,
-        content_hash=content, written_hash=written,
-    )
+    return FileOutcome(task.index, out, content_hash=content, written_hash=written)
 
 
 def _process_chunk(tasks: List[FileTask], mode: Mode) -> List[FileOutcome]:
@@ -169,8 +186,7 @@ def _one_at_a_time(tasks: List[FileTask], mode: Mode, context: Any) -> Iterator[
 
 def _worker_failed(task: FileTask, exc: BaseException) -> FileOutcome:
     reason = str(exc) or type(exc).__name__
-    return FileOutcome(
-        task.index,
-        internal_errors=[f"internal error on {task.display}: the worker process linting it died ({reason}); "
-                "the other files were linted"],
-    )
+    return FileOutcome(task.index, RunResult(internal_errors=[
+        f"internal error on {task.display}: the worker process linting it died ({reason}); "
+        "the other files were linted"
+    ]))

@@ -15,26 +15,10 @@ from .diagnostics import Diagnostic
 from .engine import io_error, lint_source
 from .files import ChangedDuringRun, SourceError, discover, read_source, write_fixed
 from .fixes import fix_source
-from .jobs import FileOutcome, FileTask, Mode, run_tasks, usable_cpus
+from .jobs import FileOutcome, FileTask, Mode, RunResult, run_tasks, usable_cpus  # noqa: F401 (RunResult: re-exported)
 from .progress import Progress
 from .project import ProjectIndex, SummaryProvider
 from .text import split_lines
-
-
-@dataclass
-class RunResult:
-    diagnostics: List[Diagnostic] = field(default_factory=list)
-    # Errors that make the run fail (exit code 2): a fixed file that could not be written.
-    errors: List[str] = field(default_factory=list)
-    # A rule's internal error on one node: one line each on stderr; the findings (and so the
-    # exit code) stand, since the error cost only that rule's piece at that node.
-    internal_errors: List[str] = field(default_factory=list)
-    # Warnings for stderr (a fix dropped because its result would not parse, a file skipped).
-    warnings: List[str] = field(default_factory=list)
-    fixed: int = 0
-    diffs: List[str] = field(default_factory=list)
-    # (display path, finding) for every fix applied (`--show-fixes`).
-    applied: List[Tuple[str, Diagnostic]] = field(default_factory=list)
 
 
 def run(
@@ -98,7 +82,7 @@ def run(
         if diagnostics is not None and not (
             (fix or diff) and any(d.is_fixable(unsafe_fixes) for d in diagnostics)
         ):
-            outcomes[task.index] = FileOutcome(task.index, diagnostics=diagnostics)
+            outcomes[task.index] = FileOutcome(task.index, RunResult(diagnostics=diagnostics))
             if bar is not None:
                 bar.update(1)
         else:
@@ -118,14 +102,7 @@ def run(
 
     out = RunResult()
     for i in range(len(tasks)):
-        outcome = outcomes[i]
-        out.diagnostics.extend(outcome.diagnostics)
-        out.errors.extend(outcome.errors)
-        out.internal_errors.extend(outcome.internal_errors)
-        out.warnings.extend(outcome.warnings)
-        out.fixed += outcome.fixed
-        out.diffs.extend(outcome.diffs)
-        out.applied.extend(outcome.applied)
+        out.absorb(outcomes[i].result)
     out.diagnostics.sort(key=Diagnostic.sort_key)
     return out
 
@@ -212,13 +189,13 @@ def _remember(cache: Cache, key: Tuple[str, str], outcome: FileOutcome, diff: bo
     slot, dependencies = key
     if outcome.written_hash is not None:
         content = outcome.written_hash
-    elif diff and outcome.diffs:
+    elif diff and outcome.result.diffs:
         return
     else:
         content = outcome.content_hash
     if content is None:
         return
-    cache.store(slot, Cache.key(slot, content, dependencies), result_to_data(outcome.diagnostics))
+    cache.store(slot, Cache.key(slot, content, dependencies), result_to_data(outcome.result.diagnostics))
 
 
 def unified_diff(display: str, before: str, after: str) -> str:
