@@ -378,8 +378,10 @@ def check_notebook(
     fix: bool = False,
     unsafe_fixes: bool = False,
     diff: bool = False,
+    timeout: float = 0.0,
 ) -> None:
-    """Lint (and fix, or diff) one notebook file into `out`, a runner.RunResult."""
+    """Lint (and fix, or diff) one notebook file into `out`, a runner.RunResult; `timeout`
+    is the file's analysis budget, as for a .py file."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -392,7 +394,7 @@ def check_notebook(
             display, f"not a valid notebook: not UTF-8 (byte {data[exc.start]:#04x}); the file was not linted"
         ))
         return
-    new_raw = fix_notebook_text(display, raw, rules, precision, out, fix or diff, unsafe_fixes, diff)
+    new_raw = fix_notebook_text(display, raw, rules, precision, out, fix or diff, unsafe_fixes, diff, timeout)
     if new_raw != raw and fix and not diff:
         try:
             write_fixed(path, SourceFile(raw, "utf-8", data), new_raw)
@@ -400,6 +402,11 @@ def check_notebook(
             out.warnings.append(f"{display}: not fixed: {exc}")
         except OSError as exc:
             out.errors.append(f"cannot write {display}: {exc}")
+
+
+def _note_skip(out: Any, display: str, result) -> None:
+    if result.skipped:
+        out.warnings.append(f"{display}: skipped: {result.skipped}")
 
 
 def fix_notebook_text(
@@ -411,6 +418,7 @@ def fix_notebook_text(
     fix: bool = False,
     unsafe_fixes: bool = False,
     diff: bool = False,
+    timeout: float = 0.0,
 ) -> str:
     """Lint a notebook's text into `out` (cell-relative diagnostics); with `fix`, return the
     text with the fixed cells replaced (with `diff`, the per-cell diffs go to `out.diffs`)."""
@@ -423,12 +431,14 @@ def fix_notebook_text(
         return raw
     module = notebook.module
     if not fix:
-        result = lint_source(display, module, rules, precision)
+        result = lint_source(display, module, rules, precision, timeout=timeout)
+        _note_skip(out, display, result)
         out.diagnostics.extend(notebook.to_cells(d) for d in _ipython_syntax(module, result.diagnostics))
         out.internal_errors.extend(result.errors)
         return raw
-    outcome = fix_source(display, module, rules, unsafe_fixes, precision)
+    outcome = fix_source(display, module, rules, unsafe_fixes, precision, timeout=timeout)
     out.internal_errors.extend(outcome.remaining.errors)
+    _note_skip(out, display, outcome.remaining)
     for d, reason in outcome.dropped:
         out.warnings.append(f"fix for {d.code} at {notebook.to_cells(d).where()} dropped: {reason}")
     if outcome.source == module:

@@ -120,7 +120,7 @@ def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
         from .notebooks import check_notebook
 
         check_notebook(path, display, file_rules, mode.precision, out,
-                       fix=mode.fix, unsafe_fixes=mode.unsafe_fixes, diff=mode.diff)
+                       fix=mode.fix, unsafe_fixes=mode.unsafe_fixes, diff=mode.diff, timeout=mode.file_timeout)
         return None, None
     try:
         source = read_source(path)
@@ -241,7 +241,7 @@ def run_stdin(
         from .notebooks import fix_notebook_text
 
         new_text = fix_notebook_text(display, text, rules, settings.precision, out,
-                                     fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff)
+                                     fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, timeout=settings.file_timeout)
         return out, new_text
     if not (fix or diff):
         _collect(out, display, lint_source(display, text, rules, settings.precision, settings.file_timeout))

@@ -328,3 +328,14 @@ def test_a_method_call_with_extra_positionals_is_no_internal_error():
     source = "import torch\ndef f(h):\n    b = h.clamp(min=0)\n    return -th.mul(b, th.log(b)), th.pow(b, 2, 3)\n"
     result = lint_source("m.py", source, all_rules())
     assert result.errors == []
+
+
+def test_a_notebook_past_its_time_budget_is_skipped_like_a_py_file(cli, tmp_path):
+    import json
+
+    slow = "import torch\n" + "".join(f"v{i} = torch.exp(w{i}) * {i}\n" for i in range(300))
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": slow}
+    nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "slow.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    result = cli("--file-timeout", "0.000000001", "slow.ipynb")
+    assert "nanlint: warning: slow.ipynb: skipped: the analysis took longer than 1e-09 s (file-timeout)" in result.err
