@@ -1,10 +1,11 @@
-"""Mini-batches that can hold a single sample.
+"""Mini-batches (and per-class subsets) that can hold a single sample.
 
 A loop over mini-batches (`for x, y in DataLoader(ds, batch_size=64)`, `for data in
 buffer.get(self.batch_size)`, `for chunk in x.split(bs)`) ends with a batch of what is left:
 `len(ds) % batch_size` samples, one for some dataset sizes. A statistic with Bessel's
 correction over the batch axis (`x.std()`, `x.var(0)`) is 0/0 = NaN on that batch. This
-module answers which expressions take their first axis from such a loop variable, and why.
+module answers which expressions take their first axis from such a loop variable, or are
+the rows of one class selected in a loop over classes (`x[labels == c]`), and why.
 
 The facts are syntactic on purpose (loops, the iterable's construction, local assignments):
 the batch size is a property of the data, not of any value the interval analysis tracks.
@@ -28,7 +29,7 @@ _KEEP_AXIS = {
     "type", "long", "int", "squeeze", "flatten", "view", "reshape", "abs", "exp", "log",
 }
 # A condition that mentions a size: `if len(x) > 1`, `if x.shape[0] > 1`, `if n_samples > 1`.
-_SIZE_TEST = re.compile(r"\blen\(|\.shape\b|\.size\(|numel|nelement|\bsize\b|_size\b|\bn_\w+|num_\w+|count")
+_SIZE_TEST = re.compile(r"\blen\(|\.shape\b|\.size\(|numel|nelement|\bsize\b|_size\b|\bn_\w+|num_\w+|count|\.sum\(|\.any\(")
 
 
 def _is_none(node: Optional[cst.BaseExpression]) -> bool:
@@ -87,20 +88,42 @@ def _short(code: str, limit: int = 60) -> str:
     return code if len(code) <= limit else code[: limit - 3] + "..."
 
 
-def _loop_targets(ctx: FileContext) -> Dict[str, str]:
-    """Names bound by the enclosing `for` loops of the current function that iterate over
-    mini-batches, with the reason each can hold one sample."""
-    found: Dict[str, str] = {}
+def _enclosing_loops(ctx: FileContext) -> Iterator[cst.For]:
+    """The `for` loops around the node being visited, innermost first, inside its function."""
     for node in reversed(ctx.stack):
         if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             break
         if isinstance(node, cst.For):
-            reason = batched_iterable(ctx, node.iter)
-            if reason is None:
-                continue
-            for name in _target_names(node.target):
-                found.setdefault(name, reason)
+            yield node
+
+
+def _loop_targets(ctx: FileContext) -> Dict[str, str]:
+    """Names bound by the enclosing `for` loops of the current function that iterate over
+    mini-batches, with the reason each can hold one sample."""
+    found: Dict[str, str] = {}
+    for loop in _enclosing_loops(ctx):
+        reason = batched_iterable(ctx, loop.iter)
+        if reason is None:
+            continue
+        for name in _target_names(loop.target):
+            found.setdefault(name, reason)
     return found
+
+
+def _class_mask(ctx: FileContext, index: cst.BaseExpression, loop_names: Set[str], depth: int = 2) -> Optional[str]:
+    """`labels == c` (also through a local name) with `c` bound by an enclosing loop: the
+    rows of one class, which can be a single row."""
+    index = strip_parens(index)
+    if isinstance(index, cst.Name) and depth > 0:
+        value = ctx.value_of(index, 1)
+        return _class_mask(ctx, value, loop_names, depth - 1) if value is not index else None
+    if not isinstance(index, cst.Comparison) or len(index.comparisons) != 1 \
+            or not isinstance(index.comparisons[0].operator, cst.Equal):
+        return None
+    sides = (strip_parens(index.left), strip_parens(index.comparisons[0].comparator))
+    if any(isinstance(side, cst.Name) and side.value in loop_names for side in sides):
+        return f"`{_short(node_code(index))}` selects the rows of one class, possibly one row"
+    return None
 
 
 def _target_names(target: cst.BaseExpression) -> Iterator[str]:
@@ -130,6 +153,11 @@ def _roots(ctx: FileContext, expr: cst.BaseExpression, loops: Dict[str, str], se
     if isinstance(expr, cst.Attribute):
         return _roots(ctx, expr.value, loops, seen, depth - 1)
     if isinstance(expr, cst.Subscript):
+        if len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+            loop_names = {n for loop in _enclosing_loops(ctx) for n in _target_names(loop.target)}
+            subset = _class_mask(ctx, expr.slice[0].slice.value, loop_names)
+            if subset is not None:
+                return subset
         return _roots(ctx, expr.value, loops, seen, depth - 1)
     if isinstance(expr, cst.BinaryOperation):
         return _roots(ctx, expr.left, loops, seen, depth - 1) or _roots(ctx, expr.right, loops, seen, depth - 1)
@@ -146,10 +174,9 @@ def single_sample_batch(ctx: FileContext, expr: cst.BaseExpression) -> Optional[
     (it is taken from the variable of a loop over mini-batches: see `batched_iterable`), or
     None. A condition or early exit in scope that tests a size (`if len(x) > 1:`, `if
     batch_size > 1:`, `assert x.shape[0] > 1`) answers None."""
-    loops = _loop_targets(ctx)
-    if not loops:
+    if next(_enclosing_loops(ctx), None) is None:
         return None
-    reason = _roots(ctx, expr, loops, set())
+    reason = _roots(ctx, expr, _loop_targets(ctx), set())
     if reason is None:
         return None
     from .conditions import tests_in_scope

@@ -805,12 +805,13 @@ class StdOfOneSample(Rule):
     fails_in = "all (one sample)"
     name = "std-of-one-sample"
     message = (
-        "Standard deviation (or variance) with Bessel's correction over a mini-batch that can "
-        "hold one sample: n - 1 = 0, so it is NaN (0/0), and so is everything normalized by it, "
-        "epsilon or not; guard the batch size, pass `correction=0`, or drop the last batch"
+        "Standard deviation (or variance) with Bessel's correction over a mini-batch or a "
+        "per-class subset that can hold one sample: n - 1 = 0, so it is NaN (0/0), and so is "
+        "everything normalized by it, epsilon or not; guard the size, pass `correction=0`, or "
+        "drop the last batch"
     )
     triggers = r"\b(?:std|var)(?:_mean)?\s*\("
-    summary = "`x.std()` / `x.var(0)` over a mini-batch whose last batch can hold one sample: NaN."
+    summary = "`x.std()` / `x.var(0)` over a mini-batch or class subset that can hold one sample: NaN."
     why = """\
 `std` and `var` divide by n - 1 by default (Bessel's correction, `correction=1`). Over a
 single sample that is 0 / 0: NaN in the forward pass, NaN in the gradient, and `+ eps` in
@@ -826,12 +827,14 @@ element of a per-sample vector) of a value taken from the variable of such a loo
 - `DataLoader(...)` without `drop_last=True` (its default batch size is 1);
 - a call given a batch size (`buffer.get(self.batch_size)`, `iterate(batch_size=bs)`);
   `batch_size=None`, one batch of everything, is not one;
-- `torch.split(x, n)` / `x.split(n)`.
+- `torch.split(x, n)` / `x.split(n)`;
+- and, in a loop over classes, the rows of one class (`x[labels == c]`, also through a local
+  mask): a class with a single member gives a single row.
 
 Not reported: an explicit `correction=`/`unbiased=` (the author chose, as in
 `std(unbiased=n > 1)`), a statistic over another dim (features, time), `std()` over every
 element of a multi-dimensional batch (an image batch of one still has many pixels), a
-condition or early exit in scope that tests a size (`if len(x) > 1:`), a loader built
+condition or early exit in scope that tests a size (`if len(x) > 1:`, `if mask.sum() > 1:`), a loader built
 elsewhere (a parameter or attribute: its `drop_last` is unknown), and whole-rollout
 statistics outside such a loop.
 """
@@ -896,7 +899,7 @@ factor sqrt((n - 1) / n) elsewhere; `drop_last=True` on the loader drops the sam
             return
         what = "variance" if op.name.startswith("var") else "standard deviation"
         ctx.report(self, node, message=(
-            f"Unbiased {what} of `{_short_code(x)}`, a mini-batch that can hold one sample ({reason}): "
+            f"Unbiased {what} of `{_short_code(x)}`, which can hold a single sample ({reason}): "
             f"n - 1 = 0 gives NaN, epsilon or not; guard the batch size, pass `correction=0`, "
             f"or use `drop_last=True`"
         ))
