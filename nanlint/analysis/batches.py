@@ -14,7 +14,7 @@ the batch size is a property of the data, not of any value the interval analysis
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, Optional, Set
+from typing import Dict, Iterator, Optional, Set, Union
 
 import libcst as cst
 
@@ -88,13 +88,22 @@ def _short(code: str, limit: int = 60) -> str:
     return code if len(code) <= limit else code[: limit - 3] + "..."
 
 
-def _enclosing_loops(ctx: FileContext) -> Iterator[cst.For]:
-    """The `for` loops around the node being visited, innermost first, inside its function."""
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+def _enclosing_loops(ctx: FileContext) -> Iterator[Union[cst.For, cst.CompFor]]:
+    """The `for` loops and comprehension clauses around the node being visited, innermost
+    first, inside its function (each has a `target` and an `iter`)."""
     for node in reversed(ctx.stack):
         if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             break
         if isinstance(node, cst.For):
             yield node
+        elif isinstance(node, _COMPREHENSIONS):
+            clause = node.for_in
+            while clause is not None:
+                yield clause
+                clause = clause.inner_for_in
 
 
 def _loop_targets(ctx: FileContext) -> Dict[str, str]:

@@ -828,15 +828,15 @@ element of a per-sample vector) of a value taken from the variable of such a loo
 - a call given a batch size (`buffer.get(self.batch_size)`, `iterate(batch_size=bs)`);
   `batch_size=None`, one batch of everything, is not one;
 - `torch.split(x, n)` / `x.split(n)`;
-- and, in a loop over classes, the rows of one class (`x[labels == c]`, also through a local
-  mask): a class with a single member gives a single row.
+- and, in a loop or comprehension over classes, the rows of one class (`x[labels == c]`,
+  also through a local mask): a class with a single member gives a single row.
 
 Not reported: an explicit `correction=`/`unbiased=` (the author chose, as in
 `std(unbiased=n > 1)`), a statistic over another dim (features, time), `std()` over every
 element of a multi-dimensional batch (an image batch of one still has many pixels), a
 condition or early exit in scope that tests a size (`if len(x) > 1:`, `if mask.sum() > 1:`), a loader built
-elsewhere (a parameter or attribute: its `drop_last` is unknown), and whole-rollout
-statistics outside such a loop.
+elsewhere (a parameter or attribute: its `drop_last` is unknown), whole-rollout
+statistics outside such a loop, and NumPy arrays (NumPy's `std` divides by n: one row gives 0).
 """
     example = """\
 ```python
@@ -894,6 +894,8 @@ factor sqrt((n - 1) / n) elsewhere; `drop_last=True` on the loader drops the sam
         x = op.args[0]
         if not batch_axis and not _per_sample(ctx, x):
             return
+        if op.style == "method" and _numpy_origin(ctx, x):
+            return  # NumPy's std/var default to ddof=0: one row gives 0, not NaN
         reason = analysis.single_sample_batch(ctx, x)
         if reason is None or analysis.has_many(ctx, x):
             return
