@@ -1,6 +1,7 @@
 """Lint the untuned precision corpus (corpus.json) with nanlint's default rules.
 
     python benchmarks/precision/run.py [--python PY] [--label NAME] [--package NAME ...]
+                                       [--select CODES]
 
 Downloads each pinned wheel from PyPI (`pip download --no-deps --only-binary=:all:`), checks
 its sha256 against corpus.json, extracts its .py files under .cache/src/NAME-VERSION
@@ -8,6 +9,8 @@ its sha256 against corpus.json, extracts its .py files under .cache/src/NAME-VER
 package with an empty config (the default rules, no project settings). PY is the interpreter
 whose installed nanlint is measured (default: this one), so another branch's code can be
 measured with its own venv: `--python /path/to/other/.venv/bin/python --label other`.
+`--select ALL` (or a list of codes) measures rules that are off by default, so that a rule's
+page can state its precision on this corpus before it is turned on.
 
 Writes .cache/results/LABEL/PACKAGE.json (the findings: path, line, column, code, message) and
 .cache/results/LABEL/meta.json, and prints the findings per split and per rule code.
@@ -23,7 +26,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -51,11 +54,13 @@ def fetch(p: dict) -> Path:
     return fetch_wheel(p["name"], p["version"], p["sha256"], CACHE, wheel_name=p["wheel"])
 
 
-def lint(python: str, root: Path, config: Path) -> List[dict]:
-    """nanlint's default findings on one package, paths relative to the package root."""
+def lint(python: str, root: Path, config: Path, select: Optional[str] = None) -> List[dict]:
+    """nanlint's findings on one package (the default rules, or `select`), paths relative to
+    the package root."""
+    chosen = ["--select", select] if select else []
     proc = subprocess.run(
         [python, "-m", "nanlint", "check", "--output-format", "json", "--exit-zero",
-         "--config", str(config), "."],
+         "--config", str(config), *chosen, "."],
         cwd=root, capture_output=True, text=True,
     )
     if proc.returncode != 0:
@@ -99,6 +104,8 @@ def main() -> None:
     ap.add_argument("--python", default=sys.executable, help="interpreter whose nanlint is run")
     ap.add_argument("--label", default="main", help="results go to .cache/results/LABEL")
     ap.add_argument("--package", action="append", help="only this package (repeatable)")
+    ap.add_argument("--select", help="rule codes to run instead of the defaults (e.g. ALL, NAN123): "
+                    "measures rules that are off by default")
     args = ap.parse_args()
 
     packages = load_corpus()
@@ -121,7 +128,7 @@ def main() -> None:
         root = fetch(p)
         n_files = linted_files(args.python, root, config)
         files[p["split"]] += n_files
-        findings = lint(args.python, root, config)
+        findings = lint(args.python, root, config, args.select)
         (results / f"{p['name']}.json").write_text(json.dumps(
             {"name": p["name"], "version": p["version"], "split": p["split"], "files": n_files,
              "findings": findings}, indent=1) + "\n")
@@ -129,7 +136,8 @@ def main() -> None:
         per_rule[p["split"]].update(counts)
         shown = ", ".join(f"{c} {n}" for c, n in sorted(counts.items())) or "none"
         print(f"{p['split']:4} {p['name']}=={p['version']}: {n_files} files, {len(findings)} findings ({shown})")
-    (results / "meta.json").write_text(json.dumps({"nanlint": origin, "python": args.python}) + "\n")
+    (results / "meta.json").write_text(json.dumps({"nanlint": origin, "python": args.python,
+                                                        "select": args.select or "defaults"}) + "\n")
 
     for split in ("tune", "test"):
         total = sum(per_rule[split].values())

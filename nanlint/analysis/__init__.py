@@ -5,6 +5,7 @@
     analysis.cite(ctx, v)                  # "softmax at line 12, returned by `Agent.probs` ..."
     analysis.zero_reason(ctx, expr)        # why exact 0 is reachable, with its evidence
     analysis.half_evidence(ctx)            # this function runs in float16/bfloat16, and why
+    analysis.single_sample_batch(ctx, x)   # x is a mini-batch whose last one can hold 1 sample
     analysis.summarize_module(ctx)         # picklable summaries for a project index
 
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
@@ -26,11 +27,13 @@ from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput
 from .flow import Env, FileAnalysis
 from .values import TOP, Evidence, Value, join
+from .batches import single_sample_batch
 
 __all__ = [
     "Evidence", "Value", "FileAnalysis", "ModuleSummary", "FunctionSummary", "ClassSummary",
     "file_analysis", "value", "cite", "zero_reason", "excludes_zero", "half_evidence",
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "gradient_by_hand",
+    "single_sample_batch", "has_many",
 ]
 
 

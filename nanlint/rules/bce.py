@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, abstract_calls, dotted_name, free_inputs, is_atom, node_code, parenthesize, strip_parens
 from ..ops import TENSOR_METHOD, number_value
 from ..ranges import is_guarded, pass_through, positive_constant
@@ -191,14 +192,16 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     p2 = one_minus[1]
                 if not _same(p, p2):
                     continue
+                # The flow's interval of p: `0.99 * sigmoid(z) + 0.005` lies in [0.005, 0.995].
+                bounds = analysis.value(ctx, p)
                 return HandBCE(
                     core=node,
                     p=p,
                     y=y,
                     sign=s1,
                     logs=(log_p, log_q),
-                    guarded_p=guard_p or is_guarded(ctx, p),
-                    guarded_q=guard_q or _upper_guarded(ctx, p),
+                    guarded_p=guard_p or bounds.lo > 0 or is_guarded(ctx, p),
+                    guarded_q=guard_q or bounds.hi < 1 or _upper_guarded(ctx, p),
                 )
     return None
 
@@ -378,7 +381,8 @@ is why the fix is marked unsafe: review that `z` and `y` agree in shape and dtyp
 
 Without a visible sigmoid there is no fix: clamp `p` into `[eps, 1 - eps]`, or better, keep
 the logits and use the with-logits loss. When both logs are guarded (`p.clamp(eps, 1 - eps)`,
-`log(p + eps)` and `log(1 - p + eps)`) nothing is reported; a log of `p` found inside this
+`log(p + eps)` and `log(1 - p + eps)`, or an affine map the analysis bounds inside (0, 1) such
+as `0.98 * torch.sigmoid(z) + 0.01`) nothing is reported; a log of `p` found inside this
 pattern is left to this rule (NAN201 does not report it again).
 """
     references = (

@@ -344,10 +344,18 @@ class WhereUnsafeBranch(Rule):
     # Off by default: on the corpora most findings are in metric code (counts, per-class
     # scores) through which no gradient ever flows; see `why`.
     default_enabled = False
-    triggers = r"\bwhere\b"
+    triggers = r"\bwhere\b|\]\s*=[^=]"
     summary = (
         "`torch.where(x > 0, sqrt(x), 0)`: right values, NaN gradient from the discarded branch."
     )
+
+    untuned_precision = (
+        "Off by default. The patch form (`y = acos(r); y[r >= 1] = 0`) was measured on the untuned precision corpus (`benchmarks/precision/`, `run.py --select NAN112`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; each finding read with its function and callers): 1 of 4 findings real on the test split, 2 of 5 on the tune split. "
+        "The false alarms: sampling and basis-construction code that is never differentiated, NumPy arrays, and a 0/0 whose NaN gradient stays in a buffer no loss reads. The `torch.where` form's findings there (10 on the test split, 3 on the tune split) are not triaged yet."
+    )
+
+    def __init__(self) -> None:
+        self._patched: Set[int] = set()
     why = """\
 `torch.where(cond, a, b)` selects values, but autograd computes the gradient of both `a` and
 `b` everywhere and multiplies the branch not taken by 0. Where the discarded branch is
@@ -364,6 +372,12 @@ unsafe op only ever sees safe values: `torch.where(x > 0, torch.sqrt(torch.where
 0)`. Where the condition holds the argument is unchanged, so every selected value is exactly
 the same; where it does not, the op sees a harmless filler (1 for `sqrt`, `log`, `rsqrt`,
 division and powers; 0 for `acos`/`asin`) whose finite derivative is then multiplied by 0.
+
+The same hazard is written as a patch: `phi = torch.acos(r); phi[r >= 1] = 0` or
+`out = hits / counts; out[counts == 0] = 0` replaces the values where the argument left the
+domain, but the assignment only cuts the gradient of the replaced entries to 0, and the op's
+backward still multiplies that 0 by its inf: NaN. That finding is reported at the op and
+names the patch line; it has no automatic fix (guard the argument where it is computed).
 
 Reported only where the condition reads the same variable as the unsafe op's argument (the
 condition is evidently the guard); not where the argument is kept in the domain anyway
@@ -410,6 +424,8 @@ bfloat16. "fixed" applies the condition to the argument too (filler 1, or 0 for 
 | `torch.where(x.abs() < 1, torch.acos(x), 0)` | 1, 2, 0.5 | 0, 0, 1.047 | **NaN, NaN**, -1.155 | 0, 0, 1.047; 0, 0, -1.155 |
 | `torch.where(x > 0, x ** 0.5, 0)` | -1, 0, 4 | 0, 0, 2 | **NaN, NaN**, 0.25 | 0, 0, 2; 0, 0, 0.25 |
 | `torch.where(x > 0, torch.rsqrt(x), 0)` | -1, 0, 4 | 0, 0, 0.5 | **NaN, NaN**, -0.0625 | 0, 0, 0.5; 0, 0, -0.0625 |
+| `phi = torch.acos(r) / 3; phi[r <= -1] = pi / 3; phi[r >= 1] = 0` | r = 1, 1.0000001, 0.5, -1 | 0, 0, 0.349, 1.047 | **NaN, NaN**, -0.385, **NaN** | (patch form: no fix) |
+| `out = h / c; out[c == 0] = 0` | h = 1, 2; c = 0, 4 | 0, 0.5 | h: **NaN**, 0.25; c: **NaN**, -0.125 | (patch form: no fix) |
 """
     fix_notes = """\
 Safe: where the condition selects the branch, the inner `where` passes the argument through
@@ -488,6 +504,48 @@ variable, the finding comes without a fix.
             edits=edits,
             probe=ctx.expression_probe(ctx.canonical(node), fixed),
         )
+
+    def visit_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
+        """The same hazard spelled as a patch: `phi = torch.acos(r); phi[r >= 1] = 0` fixes
+        the values where `r` left the domain, but autograd still differentiates `acos` there
+        (0 * inf = NaN), as for the discarded branch of a `where`. Reported at the op, once."""
+        if ctx.precision is not None and ctx.precision.in_no_grad:
+            return
+        if len(node.targets) != 1 or _non_finite_filler(ctx, node.value):
+            return
+        target = strip_parens(node.targets[0].target)
+        if not isinstance(target, cst.Subscript) or not isinstance(strip_parens(target.value), cst.Name) \
+                or len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+            return
+        cond = target.slice[0].slice.value
+        if not conditions.names_read(ctx, cond):
+            return
+        patched = strip_parens(target.value)
+        computed = ctx.value_of(patched, 1)
+        if computed is patched:
+            return
+        for sub in _grad_descendants(ctx, computed):
+            found = _unsafe_operand(ctx, sub)
+            if found is None:
+                continue
+            what, operand = found
+            if _guards_itself(ctx, operand) or _no_gradient(ctx, operand) or _gradless(ctx, operand):
+                continue
+            # The patched points are the ones the op's value is discarded at.
+            if not _domain_guard(ctx, cond, operand) or not _singular_discarded(ctx, cond, operand, what, False):
+                continue
+            if id(sub) in self._patched:
+                return
+            self._patched.add(id(sub))
+            spelled = {"division": "division", "fractional power": "fractional power"}.get(what, f"`{what}`")
+            line = ctx.span(node)[0].row
+            ctx.report(self, sub, message=(
+                f"`{node_code(target)} = ...` (line {line}) replaces this {spelled} where "
+                f"`{node_code(strip_parens(cond))}` holds, but the backward pass still differentiates it "
+                "there: its derivative is inf or NaN and 0 * inf is NaN in the gradient; guard the "
+                "argument itself (clamp it, or a `torch.where` on the argument)"
+            ))
+            return
 
     def _fix(self, node, cond, hits, ctx: FileContext, style: str):
         operands = []

@@ -1,12 +1,15 @@
 """Statistics written by hand: normalization without an epsilon (NAN205), variance as
-E[x^2] - E[x]^2 (NAN118), the log of a product (NAN117), and atan of a ratio (NAN114)."""
+E[x^2] - E[x]^2 (NAN118), the log of a product (NAN117), atan of a ratio (NAN114), and an
+unbiased std over a mini-batch that can hold one sample (NAN123)."""
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import guard, probability_source, sign
@@ -737,3 +740,173 @@ failing there, which is accurate. Not reported where the divisor is kept away fr
         ctx.report(
             self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed, domains)
         )
+
+
+# --------------------------------------------------------------------------- NAN123
+
+# Statistics with Bessel's correction by default (divide by n - 1).
+_CORRECTED = ("std", "var", "std_mean", "var_mean")
+# One value per sample: a 1-D batch whose `std()` over every element is over the batch.
+_PER_SAMPLE = ("flatten", "view", "reshape", "squeeze")
+
+
+def _explicit_correction(op: Op) -> bool:
+    """`correction=`/`unbiased=` given (by keyword, or as the old positional bool): the author
+    chose the estimator, e.g. `unbiased=n > 1`."""
+    if "correction" in op.kwargs or "unbiased" in op.kwargs:
+        return True
+    return len(op.args) > 1 and isinstance(strip_parens(op.args[1]), cst.Name) \
+        and strip_parens(op.args[1]).value in ("True", "False")
+
+
+def _batch_axis_only(op: Op) -> Optional[bool]:
+    """True: reduces over dim 0 only; False: over every element; None: another dim."""
+    dim = op.kwargs.get("dim", op.args[1] if len(op.args) > 1 else None)
+    if dim is None or (isinstance(strip_parens(dim), cst.Name) and strip_parens(dim).value == "None"):
+        return False
+    dim = strip_parens(dim)
+    if isinstance(dim, (cst.Tuple, cst.List)) and len(dim.elements) == 1:
+        dim = strip_parens(dim.elements[0].value)
+    return True if number_value(dim) == 0 else None
+
+
+def _per_sample(ctx: FileContext, x: cst.BaseExpression, depth: int = 3) -> bool:
+    """`x` holds one number per sample (so its std over every element is over the batch): a
+    flattened tensor, or a per-sample quantity of a training step by its usual names
+    (advantages, returns, rewards, losses, values, log-probabilities)."""
+    x = strip_parens(x)
+    if isinstance(x, cst.Call) and isinstance(x.func, cst.Attribute):
+        if x.func.attr.value in _PER_SAMPLE and (x.func.attr.value != "view" or node_code(x).endswith("(-1)")):
+            return True
+        return _per_sample(ctx, x.func.value, depth)
+    if isinstance(x, cst.Subscript):
+        return _per_sample(ctx, x.value, depth)
+    if isinstance(x, cst.BinaryOperation):
+        return _per_sample(ctx, x.left, depth) or _per_sample(ctx, x.right, depth)
+    name = x.attr.value if isinstance(x, cst.Attribute) else x.value if isinstance(x, cst.Name) else ""
+    if _PER_SAMPLE_NAME.search(name.lower()):
+        return True
+    if isinstance(x, cst.Name) and depth > 0:
+        value = ctx.value_of(x, 1)
+        return value is not x and _per_sample(ctx, value, depth - 1)
+    return False
+
+
+_PER_SAMPLE_NAME = re.compile(r"adv|return|reward|loss|value|log_?prob|logp|td_?err|ratio")
+
+
+class StdOfOneSample(Rule):
+    code = "NAN123"
+    untuned_precision = (
+        "Off by default: on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name) it reports nothing on either split (`run.py --select ALL`), so there is no measured precision to put it on by default. "
+        "On the tuning half of `benchmarks/realbugs` it finds the one single-sample batch (stable-baselines3's PPO advantage normalization) and none of the three safe look-alikes (the fixed line, whole-rollout normalization in A2C and in another PPO). Turn it on with `--extend-select NAN123` in training code."
+    )
+    default_enabled = False
+    fails_in = "all (one sample)"
+    name = "std-of-one-sample"
+    message = (
+        "Standard deviation (or variance) with Bessel's correction over a mini-batch or a "
+        "per-class subset that can hold one sample: n - 1 = 0, so it is NaN (0/0), and so is "
+        "everything normalized by it, epsilon or not; guard the size, pass `correction=0`, or "
+        "drop the last batch"
+    )
+    triggers = r"\b(?:std|var)(?:_mean)?\s*\("
+    summary = "`x.std()` / `x.var(0)` over a mini-batch or class subset that can hold one sample: NaN."
+    why = """\
+`std` and `var` divide by n - 1 by default (Bessel's correction, `correction=1`). Over a
+single sample that is 0 / 0: NaN in the forward pass, NaN in the gradient, and `+ eps` in
+the denominator does not help (NaN + eps is NaN). Advantage normalization in policy-gradient
+code, `(adv - adv.mean()) / (adv.std() + 1e-8)`, and batch statistics computed by hand are
+the usual places.
+
+A single sample is normal input there: a loop over mini-batches ends with a batch of what is
+left, `len(dataset) % batch_size` samples, which is 1 for one dataset size in every
+`batch_size`. The rule reports a corrected statistic over the batch axis (`dim=0`, or every
+element of a per-sample vector) of a value taken from the variable of such a loop:
+
+- `DataLoader(...)` without `drop_last=True` (its default batch size is 1);
+- a call given a batch size (`buffer.get(self.batch_size)`, `iterate(batch_size=bs)`);
+  `batch_size=None`, one batch of everything, is not one;
+- `torch.split(x, n)` / `x.split(n)`;
+- and, in a loop or comprehension over classes, the rows of one class (`x[labels == c]`,
+  also through a local mask): a class with a single member gives a single row.
+
+Not reported: an explicit `correction=`/`unbiased=` (the author chose, as in
+`std(unbiased=n > 1)`), a statistic over another dim (features, time), `std()` over every
+element of a multi-dimensional batch (an image batch of one still has many pixels), a
+condition or early exit in scope that tests a size (`if len(x) > 1:`, `if mask.sum() > 1:`), a loader built
+elsewhere (a parameter or attribute: its `drop_last` is unknown), whole-rollout
+statistics outside such a loop, and NumPy arrays (NumPy's `std` divides by n: one row gives 0).
+"""
+    example = """\
+```python
+import torch
+
+def update(policy, buffer, batch_size):
+    for batch in buffer.get(batch_size):
+        adv = batch.advantages
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy.step(adv)
+```"""
+    use_instead = """\
+```python
+import torch
+
+def update(policy, buffer, batch_size):
+    for batch in buffer.get(batch_size):
+        adv = batch.advantages
+        if len(adv) > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        policy.step(adv)
+```"""
+    measured = """\
+torch 2.13 CPU, the same in float32, float16 and bfloat16.
+
+| expression | input | value | gradient |
+|---|---|---|---|
+| `x.std()`, `x.var()` | one element | **NaN** | **NaN** |
+| `(x - x.mean()) / (x.std() + 1e-8)` | one element | **NaN** | **NaN** |
+| `x.std(0)` | shape (1, 4) | **[NaN, NaN, NaN, NaN]** | |
+| `x.std(correction=0)` | one element | 0 | |
+| `x.std()` | two elements | finite | finite |
+
+The verifier draws inputs of fixed shapes and cannot shrink a batch to one sample, so this
+rule has no probe: the table above is its evidence.
+"""
+    fix_notes = """\
+No automatic fix: the remedy depends on the code. A size guard (`if len(x) > 1`) keeps the
+unbiased estimate and skips normalization for a single sample; `correction=0` (or the
+`unbiased=n > 1` that stable-baselines3 chose) gives 0 there and changes the estimate by a
+factor sqrt((n - 1) / n) elsewhere; `drop_last=True` on the loader drops the sample.
+"""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.std.html",
+        "https://github.com/DLR-RM/stable-baselines3/commit/7efe2db2bec460ea1a5a3c9ea65e7b921bc3c4d1",
+    )
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        op = op_of(ctx, node)
+        if op is None or op.name not in _CORRECTED or not op.args or _explicit_correction(op):
+            return
+        batch_axis = _batch_axis_only(op)
+        if batch_axis is None:
+            return
+        x = op.args[0]
+        if not batch_axis and not _per_sample(ctx, x):
+            return
+        if op.style == "method" and _numpy_origin(ctx, x):
+            return  # NumPy's std/var default to ddof=0: one row gives 0, not NaN
+        reason = analysis.single_sample_batch(ctx, x)
+        if reason is None or analysis.has_many(ctx, x):
+            return
+        what = "variance" if op.name.startswith("var") else "standard deviation"
+        ctx.report(self, node, message=(
+            f"Unbiased {what} of `{_short_code(x)}`, which can hold a single sample ({reason}): "
+            f"n - 1 = 0 gives NaN, epsilon or not; guard the batch size, pass `correction=0`, "
+            f"or use `drop_last=True`"
+        ))
+
+
+def _short_code(node: cst.BaseExpression, limit: int = 40) -> str:
+    code = " ".join(node_code(strip_parens(node)).split())
+    return code if len(code) <= limit else code[: limit - 3] + "..."
