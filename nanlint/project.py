@@ -360,14 +360,35 @@ class ProjectIndex:
         `pkg.nets`."""
         if self.summarize is None:
             return {}
-        out: Dict[str, Any] = {}
+        return {spelled: self.summary_of(file) for spelled, file in self.imported_modules(path).items()}
+
+    def imported_modules(self, path: Path) -> Dict[str, Path]:
+        """The project files `path` imports, by the module as the import spells it (see
+        `imported_summaries`)."""
+        out: Dict[str, Path] = {}
         for ref in self.imports_of(path):
             module_file, subs = self.resolve_parts(path, ref)
             spelled = "." * ref.level + ref.module
             if module_file is not None:
-                out[spelled] = self.summary_of(module_file)
+                out[spelled] = module_file
             for name, sub in subs.items():
-                out[spelled + ("" if spelled.endswith(".") else ".") + name] = self.summary_of(sub)
+                out[spelled + ("" if spelled.endswith(".") else ".") + name] = sub
+        return out
+
+    def module_refs(self, path: Path, cache_dir: Optional[str] = None) -> Dict[str, Any]:
+        """What the lint of `path` receives of the project files it imports when summaries
+        are computed on demand (the default): a `ModuleRef` per module as spelled, naming
+        the file by its path under the project root."""
+        from .analysis.summaries import ModuleRef
+
+        out: Dict[str, Any] = {}
+        for spelled, file in self.imported_modules(path).items():
+            content = self.content_hash(file)
+            if content is None:
+                continue
+            root = self.root_of(file)
+            display = os.path.relpath(file, root) if root is not None else file.name
+            out[spelled] = ModuleRef(str(file), content, Path(display).as_posix(), cache_dir)
         return out
 
     def dependency_fingerprint(self, path: Path) -> str:

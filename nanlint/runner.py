@@ -43,23 +43,19 @@ def run(
     files = discover(list(paths) or ["."], settings)
     mode = Mode(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, precision=settings.precision,
                 max_file_size=settings.max_file_size, file_timeout=settings.file_timeout)
-    index = ProjectIndex(summarize, summary_cache=cache) if (cache or summarize) else None
+    # The project index is always on: a file's lint sees what it imports from the project.
+    index = ProjectIndex(summarize, summary_cache=cache)
+    cache_dir = str(cache.directory) if cache is not None else None
     tasks = []
     for i, path in enumerate(files):
         task = FileTask(i, str(path), relative_display(path), tuple(settings.rules_for(path, rules)))
-        if index is not None:
-            try:
-                data = path.read_bytes()
-            except OSError:
-                pass  # reported when the file is linted
-            else:
-                task.size = len(data)
-                index.note_content(path, data)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            pass  # reported when the file is linted
         else:
-            try:
-                task.size = path.stat().st_size
-            except OSError:
-                pass
+            task.size = len(data)
+            index.note_content(path, data)
         tasks.append(task)
 
     outcomes: Dict[int, FileOutcome] = {}
@@ -68,9 +64,12 @@ def run(
     todo = []
     for task in tasks:
         path = Path(task.path)
-        if index is not None and summarize is not None:
+        if summarize is not None:
             task.imported = index.imported_summaries(path)
-        content = index.content_hash(path) if index is not None else None
+        else:
+            # Summaries computed on demand, by name, where the lint needs them.
+            task.imported = index.module_refs(path, cache_dir)
+        content = index.content_hash(path)
         if cache is None or content is None:
             todo.append(task)
             continue

@@ -1,0 +1,308 @@
+"""Summaries of another file's functions and classes as plain JSON data, and where a
+dependent gets them from.
+
+A project file that imports `Actor` from `nets.py` needs only a few facts about it: what
+`Actor.forward` (and its other methods) return, its bases, the modules it holds in `self.x`,
+whether a function is run under autocast there. Those facts are `Value`s with their evidence;
+here they become JSON (the cache stores them) and back, with each piece of evidence naming
+the other file ("softmax at pkg/nets.py:14").
+
+Summaries are computed per name and on demand (`SummaryStore`): a dependent's analysis asks
+for `Actor` only when a rule's question reaches a call of it. Summarizing every function of
+every imported file up front costs about as much again as parsing them all (measured on
+kornia and torchmetrics), most of it for names no rule ever asks about. A summary is built
+from the imported file alone (what that file imports is not followed), so it depends on that
+file's bytes only: a dependent's cache key holds the bytes of the files it imports, and an
+import cycle needs no cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, fields, replace
+from typing import Any, Dict, Optional, Tuple
+
+from .values import TOP, Evidence, Value
+
+# Bumped when the data layout or what it means changes (part of the cache's provider key).
+FORMAT = 1
+PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
+
+# How deep a module held in an attribute is followed into its own class's `forward`.
+_NESTING = 2
+# A file that never says these cannot run a function in half precision.
+_MAY_BE_HALF = re.compile(r"\.half\(|float16|bfloat16|autocast|HalfTensor")
+
+_DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out")}
+
+
+# ---------------------------------------------------------------------- values <-> data
+
+
+def _number_to_data(x: float) -> Any:
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def _number_from_data(x: Any) -> float:
+    if x == "inf":
+        return math.inf
+    if x == "-inf":
+        return -math.inf
+    return float(x)
+
+
+def value_to_data(v: Value) -> Dict[str, Any]:
+    """The facts of a Value whose evidence lines are real line numbers of one file: only the
+    fields that differ from an unknown value."""
+    out: Dict[str, Any] = {}
+    for name, default in _DEFAULTS.items():
+        got = getattr(v, name)
+        if got != default:
+            out[name] = _number_to_data(got) if name in ("lo", "hi") else got
+    if v.module_out is not None:
+        out["module_out"] = value_to_data(v.module_out)
+    if v.evidence:
+        out["evidence"] = [[e.line, e.reason] for e in v.evidence]
+    return out
+
+
+def value_from_data(data: Dict[str, Any], display: str) -> Value:
+    """A Value from its data; its evidence cites `display` (the file it came from)."""
+    kw: Dict[str, Any] = {}
+    for name, default in _DEFAULTS.items():
+        if name in data:
+            got = data[name]
+            kw[name] = _number_from_data(got) if name in ("lo", "hi") else type(default)(got) \
+                if isinstance(default, (bool, float)) else got
+    if "module_out" in data:
+        kw["module_out"] = value_from_data(data["module_out"], display)
+    evidence = []
+    for line, reason in data.get("evidence", ()):
+        evidence.append(Evidence(0, f"{reason} at {display}:{line}" if line else f"{reason} ({display})"))
+    # Another file's class is not one of this file's: it is reached through `module_out`.
+    kw.pop("instance_of", None)
+    return Value(evidence=tuple(evidence), **kw)
+
+
+# ---------------------------------------------------------------------- computing them
+
+
+def _resolved(fa, v: Value, depth: int = _NESTING) -> Value:
+    """`v` with evidence lines resolved and instances of the file's own classes replaced by
+    what calling them returns (their `forward`): another file cannot look the class up."""
+    ev = tuple(Evidence(fa.line(e.line), e.reason) for e in v.evidence)
+    out = v.module_out
+    if v.instance_of is not None and v.instance_of in fa.classes and out is None and depth > 0:
+        forward = fa.method(v.instance_of, "forward")
+        if forward is not None:
+            out = fa.function_return(forward)
+            if replace(out, evidence=()) == TOP:
+                out = Value(learned=True, evidence=(Evidence(0, f"output of `{v.instance_of}`"),))
+    if out is not None:
+        out = _resolved(fa, out, depth - 1) if depth > 0 else None
+    return replace(v, evidence=ev, module_out=out, instance_of=None)
+
+
+def _half_of(fa, name: str) -> Optional[str]:
+    if not _MAY_BE_HALF.search(fa.ctx.source):
+        return None
+    fa.ensure_all()
+    ev = fa.autocast_callees.get(name)
+    return f"{ev.reason} at line {fa.line(ev.line)}" if ev else None
+
+
+def function_data(fa, fn, qualified: str) -> Dict[str, Any]:
+    """A function's (or method's) summary: what it returns, and why it runs in half
+    precision where its own file shows so."""
+    data: Dict[str, Any] = {"kind": "function", "returns": value_to_data(_resolved(fa, fa.function_return(fn)))}
+    half = _half_of(fa, qualified)
+    if half:
+        data["half"] = half
+    return data
+
+
+def class_data(fa, cls: str) -> Dict[str, Any]:
+    """A class's summary: its bases as written, its methods (inherited ones from classes of
+    the same file included) and what its instances hold in `self.x`."""
+    from ..context import dotted_name
+
+    node = fa.classes[cls]
+    methods: Dict[str, Any] = {}
+    seen, current, depth = set(), cls, 4
+    while current is not None and current not in seen and depth > 0:
+        seen.add(current)
+        for name, fn in fa.methods.get(current, {}).items():
+            if name not in methods and not name.startswith("__"):
+                methods[name] = function_data(fa, fn, f"{current}.{name}")
+        base = None
+        for b in fa.classes[current].bases:
+            spelled = dotted_name(b.value)
+            if spelled in fa.classes:
+                base = spelled
+                break
+        current, depth = base, depth - 1
+    attributes = {}
+    for name, v in sorted(fa.class_attrs(cls).items()):
+        resolved = _resolved(fa, v)
+        if replace(resolved, evidence=()) != TOP:
+            attributes[name] = value_to_data(resolved)
+    return {
+        "kind": "class",
+        "bases": [dotted_name(b.value) or "?" for b in node.bases],
+        "methods": methods,
+        "attributes": attributes,
+    }
+
+
+def name_data(fa, name: str) -> Optional[Dict[str, Any]]:
+    """The summary of one top-level function or class of the file (None: not defined there)."""
+    if name in fa.functions:
+        return function_data(fa, fa.functions[name], name)
+    if name in fa.classes:
+        return class_data(fa, name)
+    return None
+
+
+def module_data(fa, display: str, names=None) -> Dict[str, Any]:
+    """A module's summary as JSON data: every top-level function and class, or only `names`."""
+    wanted = sorted(set(fa.functions) | set(fa.classes)) if names is None else sorted(names)
+    return {"format": FORMAT, "path": display, "names": {n: name_data(fa, n) for n in wanted}}
+
+
+def _analysis_of(path: str, text: str, module=None):
+    import libcst as cst
+
+    from ..context import FileContext
+    from ..precision import Precision
+    from .flow import FileAnalysis
+
+    ctx = FileContext(path, text, module if module is not None else cst.parse_module(text))
+    ctx.precision = Precision(ctx)
+    return FileAnalysis(ctx)
+
+
+def summarize_file(path, text: str, display: Optional[str] = None) -> Dict[str, Any]:
+    """The whole module's summary as JSON data (a `ProjectIndex` provider)."""
+    return module_data(_analysis_of(str(path), text), display or os.path.basename(str(path)))
+
+
+summarize_file.version = FORMAT  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- where dependents get them
+
+
+@dataclass(frozen=True)
+class ModuleRef:
+    """An imported project file as a dependent's lint receives it (picklable, for workers):
+    its path, the sha256 of the bytes the run's cache key holds, how evidence names it, and
+    the cache directory where summaries are kept between runs (None: no cache)."""
+
+    path: str
+    content: str
+    display: str
+    cache: Optional[str] = None
+
+
+class SummaryStore:
+    """Per-name summaries of imported files, computed once per process (memoized by file
+    content and name), kept in the cache between runs. A name's summary is computed on a
+    fresh analysis of its file, so it does not depend on which names were asked before (the
+    same in every worker); the parsed module is kept for a few files only."""
+
+    KEEP_PARSED = 4
+
+    def __init__(self):
+        self._memo: Dict[Tuple[str, str, str], Optional[Dict[str, Any]]] = {}
+        self._parsed: "OrderedDict[Tuple[str, str], Any]" = OrderedDict()
+        self._stored: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        self._caches: Dict[str, Any] = {}
+        self.computed = 0  # names summarized by this process (for tests and benchmarks)
+
+    def get(self, ref: ModuleRef, name: str) -> Optional[Dict[str, Any]]:
+        key = (ref.path, ref.content, name)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None  # a failure below stays a miss
+        names = self._cached_names(ref)
+        if names is not None and name in names:
+            self._memo[key] = names[name]
+            return names[name]
+        parsed = self._parse(ref)
+        if parsed is None:
+            return None
+        text, module = parsed
+        try:
+            found = name_data(_analysis_of(ref.path, text, module), name)
+        except Exception:  # a bad dependency must not stop the dependent's lint
+            return None
+        self.computed += 1
+        self._memo[key] = found
+        if names is not None:
+            names[name] = found
+            self._store(ref, names)
+        return found
+
+    def _parse(self, ref: ModuleRef):
+        key = (ref.path, ref.content)
+        if key in self._parsed:
+            self._parsed.move_to_end(key)
+            return self._parsed[key]
+        from pathlib import Path
+
+        import libcst as cst
+
+        from ..files import read_source
+
+        try:
+            source = read_source(Path(ref.path))
+            if hashlib.sha256(source.data).hexdigest() != ref.content:
+                return None  # changed since the run read it: what it held then is unknown
+            parsed = (source.text, cst.parse_module(source.text))
+        except Exception:  # unreadable or unparsable: the dependent knows nothing of it
+            parsed = None
+        self._parsed[key] = parsed
+        while len(self._parsed) > self.KEEP_PARSED:
+            self._parsed.popitem(last=False)
+        return parsed
+
+    def _cache(self, ref: ModuleRef):
+        if ref.cache is None:
+            return None
+        found = self._caches.get(ref.cache)
+        if found is None:
+            from ..cache import Cache
+
+            found = self._caches[ref.cache] = Cache(ref.cache)
+        return found
+
+    def _cached_names(self, ref: ModuleRef) -> Optional[Dict[str, Any]]:
+        """The names of this file summarized so far (by any run), or None without a cache."""
+        cache = self._cache(ref)
+        if cache is None:
+            return None
+        key = (ref.path, ref.content)
+        if key not in self._stored:
+            found, data = cache.load_summary(ref.path, ref.content, PROVIDER)
+            names = data.get("names") if found and isinstance(data, dict) else None
+            self._stored[key] = dict(names) if isinstance(names, dict) else {}
+        return self._stored[key]
+
+    def _store(self, ref: ModuleRef, names: Dict[str, Any]) -> None:
+        cache = self._cache(ref)
+        if cache is not None:
+            cache.store_summary(ref.path, ref.content, PROVIDER, {"format": FORMAT, "names": names})
+
+
+# One per process: workers of a pool each keep their own.
+STORE = SummaryStore()
+
+
+__all__ = [
+    "FORMAT", "ModuleRef", "SummaryStore", "STORE", "value_to_data", "value_from_data",
+    "function_data", "class_data", "name_data", "module_data", "summarize_file",
+]
