@@ -1,0 +1,201 @@
+"""A hazard whose evidence is in another file of the project: the model in `nets.py`, the
+loss in `train.py` (fixtures/projects/crossfile, written for these tests). The CLI flags it
+with evidence from the other file, the cache re-lints a file and its importers only when the
+model file is edited, and the result is the same with a pool of workers."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import shutil
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+import nanlint.jobs
+import nanlint.runner
+from fixture_support import expected
+from nanlint.analysis import summaries
+from nanlint.analysis.values import INF, Evidence, Value
+from nanlint.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ROOT / "fixtures" / "projects" / "crossfile"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    target = tmp_path / "crossfile"
+    shutil.copytree(PROJECT, target)
+    return target
+
+
+@pytest.fixture
+def check(monkeypatch, capsys, tmp_path):
+    """`nanlint check --output-format json` in the project with a cache in tmp_path: the
+    findings as (file, row, code, message) and the files actually linted (not from cache)."""
+    linted: List[str] = []
+    real = nanlint.runner.run_tasks
+
+    def recording(tasks, mode, jobs):
+        linted.extend(Path(t.path).name for t in tasks)
+        return real(tasks, mode, jobs)
+
+    monkeypatch.setattr(nanlint.runner, "run_tasks", recording)
+
+    def go(cwd: Path, *args: str) -> Tuple[List[Tuple[str, int, str, str]], Set[str]]:
+        monkeypatch.chdir(cwd)
+        linted.clear()
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            main(["check", "--output-format", "json", "--cache-dir", str(tmp_path / "cache"), *args])
+        out = capsys.readouterr().out
+        found = [(Path(d["filename"]).as_posix(), d["location"]["row"], d["code"], d["message"])
+                 for d in json.loads(out)]
+        return found, set(linted)
+
+    return go
+
+
+def expectations(root: Path) -> List[Tuple[str, int, str]]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for (row, code), n in expected(path.read_text()).items():
+            out += [(path.relative_to(root).as_posix(), row, code)] * n
+    return sorted(out)
+
+
+def where(found) -> List[Tuple[str, int, str]]:
+    return sorted((f, row, code) for f, row, code, _ in found)
+
+
+def test_the_project_is_flagged_with_evidence_from_the_other_file(project, check):
+    found, linted = check(project, ".")
+    assert where(found) == expectations(project)
+    messages = {(f, row): message for f, row, _, message in found}
+    # The softmax is at nets.py:14; the loss that takes its log is in train.py.
+    assert "softmax at pkg/nets.py:14" in messages[("pkg/train.py", 11)]
+    assert "sigmoid at pkg/nets.py:30" in messages[("pkg/train.py", 18)]
+    assert "softmax at pkg/cycle_b.py:7" in messages[("pkg/cycle_a.py", 13)]
+    # Same names, no import: nothing from nets.py applies to unrelated.py.
+    assert not [f for f in found if f[0] == "pkg/unrelated.py"]
+    assert linted == {"__init__.py", "nets.py", "train.py", "unrelated.py", "cycle_a.py", "cycle_b.py"}
+
+
+def test_editing_the_model_file_relints_it_and_its_importers_only(project, check):
+    first, _ = check(project, ".")
+    again, linted = check(project, ".")
+    assert again == first and linted == set()
+
+    nets = project / "pkg" / "nets.py"
+    original = nets.read_text()
+    nets.write_text(original.replace("return torch.softmax(logits, dim=-1)", "return torch.log_softmax(logits, dim=-1)"))
+    after, linted = check(project, ".")
+    # nets.py and train.py (which imports it); not unrelated.py, not the cycle.
+    assert linted == {"nets.py", "train.py"}
+    gone = {(f, row) for f, row, _, _ in first} - {(f, row) for f, row, _, _ in after}
+    assert gone == {("pkg/train.py", 11), ("pkg/train.py", 23), ("pkg/train.py", 41)}
+    assert ("pkg/train.py", 18, "NAN201") in where(after)
+
+    nets.write_text(original)
+    back, linted = check(project, ".")
+    assert back == first and linted == {"nets.py", "train.py"}
+
+    # An edit of the unrelated file re-lints that file alone.
+    unrelated = project / "pkg" / "unrelated.py"
+    unrelated.write_text(unrelated.read_text() + "\n# edited\n")
+    again, linted = check(project, ".")
+    assert again == first and linted == {"unrelated.py"}
+
+
+def test_two_jobs_report_what_one_job_reports(project, check, monkeypatch):
+    started = []
+    real = concurrent.futures.ProcessPoolExecutor
+
+    class Counting(real):
+        def __init__(self, *args, **kwargs):
+            started.append(kwargs.get("max_workers"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counting)
+    monkeypatch.setattr(nanlint.jobs, "POOL_MIN_BYTES", 0)
+    one, _ = check(project, "--no-cache", "--jobs", "1", ".")
+    assert started == []
+    two, _ = check(project, "--no-cache", "--jobs", "2", ".")
+    assert started == [2]
+    assert two == one and where(two) == expectations(project)
+
+
+def test_diff_and_fix_see_the_imported_model(project, check, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["check", "--no-cache", "--diff", "--unsafe-fixes", "pkg"])
+    diff = capsys.readouterr().out
+    assert "+    logp = torch.log(probs.clamp(min=torch.finfo(probs.dtype).tiny))  # expect: NAN201" in diff
+    with pytest.raises(SystemExit):
+        main(["check", "--no-cache", "--fix", "--unsafe-fixes", "pkg"])
+    assert "torch.log(probs.clamp(" in (project / "pkg" / "train.py").read_text()
+    found, _ = check(project, ".")
+    assert ("pkg/train.py", 11) not in {(f, row) for f, row, _, _ in found}
+
+
+# --- summaries as data -----------------------------------------------------------------------
+
+
+def test_a_value_round_trips_through_json_and_cites_its_file():
+    inner = Value(lo=0.0, hi=1.0, zero="a softmax output", prob="softmax", simplex_dim="-1",
+                  evidence=(Evidence(14, "softmax"),))
+    v = Value(lo=-INF, hi=INF, learned=True, module_out=inner, dtype="float16",
+              evidence=(Evidence(9, "`Linear` output"),))
+    data = json.loads(json.dumps(summaries.value_to_data(v), allow_nan=False))
+    back = summaries.value_from_data(data, "pkg/nets.py")
+    assert back.module_out.prob == "softmax" and back.module_out.simplex_dim == "-1"
+    assert (back.module_out.lo, back.module_out.hi, back.module_out.zero) == (0.0, 1.0, "a softmax output")
+    assert (back.lo, back.hi, back.learned, back.dtype) == (-INF, INF, True, "float16")
+    assert [str(e) for e in back.module_out.evidence] == ["softmax at pkg/nets.py:14"]
+    assert summaries.value_to_data(Value()) == {}
+
+
+def test_a_module_summary_is_small_plain_data():
+    text = (PROJECT / "pkg" / "nets.py").read_text()
+    data = summaries.summarize_file("nets.py", text, "pkg/nets.py")
+    assert json.loads(json.dumps(data, allow_nan=False)) == data
+    assert data["format"] == summaries.FORMAT and data["path"] == "pkg/nets.py"
+    actor = data["names"]["Actor"]
+    assert actor["kind"] == "class" and actor["bases"] == ["nn.Module"]
+    assert actor["methods"]["forward"]["returns"]["prob"] == "softmax"
+    assert actor["methods"]["logits"]["returns"].get("prob") is None
+    assert "body" in actor["attributes"]
+    assert data["names"]["probs_of"]["returns"]["prob"] == "sigmoid"
+    assert data["names"]["stable_log_probs"]["returns"].get("zero") is None
+
+
+def test_a_summary_is_computed_once_and_then_read_from_the_cache(tmp_path):
+    nets = tmp_path / "nets.py"
+    nets.write_text((PROJECT / "pkg" / "nets.py").read_text())
+    import hashlib
+
+    ref = summaries.ModuleRef(str(nets), hashlib.sha256(nets.read_bytes()).hexdigest(), "nets.py", str(tmp_path / "c"))
+    store = summaries.SummaryStore()
+    first = store.get(ref, "Actor")
+    assert store.get(ref, "Actor") == first and store.computed == 1
+    fresh = summaries.SummaryStore()
+    assert fresh.get(ref, "Actor") == first and fresh.computed == 0  # from the cache
+    assert fresh.get(ref, "probs_of")["returns"]["prob"] == "sigmoid" and fresh.computed == 1
+    # A file changed since the run hashed it: nothing is known of it.
+    nets.write_text("def probs_of(x):\n    return x\n")
+    assert summaries.SummaryStore().get(ref, "Critic") is None
+
+
+def test_an_import_cycle_terminates(tmp_path, check):
+    files: Dict[str, str] = {
+        "pyproject.toml": "",
+        "a.py": "import torch\nfrom b import g\n\n\ndef f(x):\n    return torch.log(g(x))\n",
+        "b.py": "import torch\nfrom a import f\n\n\ndef g(x):\n    return torch.sigmoid(f(x))\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found, linted = check(tmp_path, ".")
+    assert [(f, row) for f, row, _, _ in found] == [("a.py", 6)] and linted == {"a.py", "b.py"}
