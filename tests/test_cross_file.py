@@ -199,3 +199,18 @@ def test_an_import_cycle_terminates(tmp_path, check):
         (tmp_path / name).write_text(text)
     found, linted = check(tmp_path, ".")
     assert [(f, row) for f, row, _, _ in found] == [("a.py", 6)] and linted == {"a.py", "b.py"}
+
+
+def test_the_language_server_sees_the_imported_model(project):
+    from nanlint.server.edits import lint_document
+
+    train = project / "pkg" / "train.py"
+    text = train.read_text()
+    linted = lint_document(train, text)
+    rows = sorted(d.start.row for d in linted.diagnostics if d.code == "NAN201")
+    assert rows == [row for f, row, code in expectations(project) if f == "pkg/train.py"]
+    assert any("softmax at pkg/nets.py:14" in d.message for d in linted.diagnostics)
+    # The unsaved buffer counts: without the import, nothing is known of nets.py.
+    alone = lint_document(train, text.replace("from .nets import Actor, Critic, probs_of, stable_log_probs\n",
+                                              "from .other import Actor, Critic, probs_of, stable_log_probs\n"))
+    assert sorted(d.start.row for d in alone.diagnostics if d.code == "NAN201") == [23]
