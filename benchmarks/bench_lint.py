@@ -185,6 +185,8 @@ def in_process(args: argparse.Namespace) -> None:
 
     lint_wall, lint_s, _ = time_pass(lint, files, args.repeat)
     runs = args.repeat
+    if args.project_index:
+        index_wall, index_s, index_summaries = _index_pass(files, rules, args.repeat)
 
     print("times are CPU seconds of this process (wall-clock seconds in brackets)")
     print(f"libcst.parse_module only: {parse_s:.2f} s [{parse_wall:.2f}], "
@@ -195,6 +197,11 @@ def in_process(args: argparse.Namespace) -> None:
     print(f"ratio nanlint / parse-only (all files): {lint_s / parse_s:.2f}")
     print(f"ratio nanlint / parse-only (the {torch_files} files that mention torch): "
           f"{lint_s / parse_torch_s:.2f}")
+    if args.project_index:
+        print(f"nanlint with the project index (imports resolved, summaries on demand): {index_s:.2f} s "
+              f"[{index_wall:.2f}], {index_summaries} names summarized")
+        print(f"ratio nanlint with the project index / parse-only (all files): {index_s / parse_s:.2f}")
+        print(f"ratio with / without the project index: {index_s / lint_s:.2f}")
     print("findings per rule:")
     for rule in rules:
         print(f"  {rule.code} {rule.name}: {findings[rule.code] // runs}")
@@ -202,6 +209,26 @@ def in_process(args: argparse.Namespace) -> None:
             print(f"      {line}")
     if errors:
         print(f"internal errors: {len(errors) // runs} (first: {errors[0]})")
+
+
+def _index_pass(files, rules, repeat: int) -> Tuple[float, float, int]:
+    """The lint pass as `nanlint check` runs it: each file sees the summaries of the project
+    modules it imports (computed on demand, once per pass: a fresh store and index each time;
+    no cache). Its findings are not counted: cross-file ones are on top of the plain pass."""
+    from nanlint.analysis import summaries
+    from nanlint.project import ProjectIndex
+
+    state: Dict[str, Any] = {}
+
+    def lint_with_index(path, text):
+        if path == files[0][0]:  # a new pass: nothing known yet
+            state["index"] = ProjectIndex()
+            summaries.STORE = state["store"] = summaries.SummaryStore()
+        imported = state["index"].module_refs(CORPUS / "src" / path)
+        lint_source(path, text, rules, imported=imported)
+
+    wall, cpu, _ = time_pass(lint_with_index, files, repeat)
+    return wall, cpu, state["store"].computed
 
 
 # -- the phases, each in a fresh process ---------------------------------------------------
@@ -365,6 +392,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=0, help="jobs of the parallel phases (default: usable CPUs)")
     parser.add_argument("--in-process", action="store_true", help="the older single-process parse/lint comparison")
     parser.add_argument("--repeat", type=int, default=1, help="(--in-process) time each pass N times, keep the best")
+    parser.add_argument("--project-index", action="store_true",
+                        help="(--in-process) also time the lint with the project index (cross-file summaries)")
     parser.add_argument("--show", type=int, default=0, metavar="N",
                         help="(--in-process) also print the first N findings of each rule (to review them)")
     parser.add_argument("--phase", help=argparse.SUPPRESS)
