@@ -214,3 +214,14 @@ def test_the_language_server_sees_the_imported_model(project):
     alone = lint_document(train, text.replace("from .nets import Actor, Critic, probs_of, stable_log_probs\n",
                                               "from .other import Actor, Critic, probs_of, stable_log_probs\n"))
     assert sorted(d.start.row for d in alone.diagnostics if d.code == "NAN201") == [23]
+
+
+def test_verify_confirms_with_the_domain_proven_in_the_other_file(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["verify", "pkg/train.py"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    # The log's argument is a softmax of nets.py: the verifier draws points of the simplex.
+    assert lines[0].startswith("pkg/train.py:11:12: NAN201 confirmed: -inf output") and "p=[" in lines[0]
+    assert ": 4 confirmed," in lines[-1]
