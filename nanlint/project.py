@@ -375,14 +375,56 @@ class ProjectIndex:
                 out[spelled + ("" if spelled.endswith(".") else ".") + name] = sub
         return out
 
+    def reexport_of(self, module_file: Path, name: str, hops: int = 3) -> Optional[Path]:
+        """The project file that defines `name` where `module_file` only imports it
+        (`from .nets import Actor` in a package's `__init__.py`), followed a few hops;
+        None where the module does not import it from a project file. Unaliased imports
+        only: the scan does not keep `as` names."""
+        found = None
+        seen = {self.normalize(module_file)}
+        current = self.normalize(module_file)
+        while hops > 0:
+            nxt = None
+            for ref in self.imports_of(current):
+                if name in ref.names:
+                    target, subs = self.resolve_parts(current, ref)
+                    if target is not None and name not in subs:
+                        nxt = target
+                        break
+            if nxt is None or nxt in seen:
+                break
+            seen.add(nxt)
+            found, current, hops = nxt, nxt, hops - 1
+        return found
+
+    def reexports(self, path: Path) -> Dict[str, Path]:
+        """For each name `path` takes from a project module that only re-exports it, the
+        file that defines it, keyed `module as spelled:name`."""
+        out: Dict[str, Path] = {}
+        for ref in self.imports_of(path):
+            if not ref.names:
+                continue
+            module_file, subs = self.resolve_parts(path, ref)
+            if module_file is None:
+                continue
+            spelled = "." * ref.level + ref.module
+            for name in ref.names:
+                if name not in subs:
+                    target = self.reexport_of(module_file, name)
+                    if target is not None and target != self.normalize(path):
+                        out[f"{spelled}:{name}"] = target
+        return out
+
     def module_refs(self, path: Path, cache_dir: Optional[str] = None) -> Dict[str, Any]:
         """What the lint of `path` receives of the project files it imports when summaries
-        are computed on demand (the default): a `ModuleRef` per module as spelled, naming
-        the file by its path under the project root."""
+        are computed on demand (the default): a `ModuleRef` per module as spelled (and per
+        re-exported name, keyed `module:name`), naming the file by its path under the
+        project root."""
         from .analysis.summaries import ModuleRef
 
         out: Dict[str, Any] = {}
-        for spelled, file in self.imported_modules(path).items():
+        modules = self.imported_modules(path)
+        for spelled, file in list(modules.items()) + list(self.reexports(path).items()):
             content = self.content_hash(file)
             if content is None:
                 continue
@@ -394,9 +436,13 @@ class ProjectIndex:
     def dependency_fingerprint(self, path: Path) -> str:
         """What a file's cached result depends on outside the file: its direct own-module
         imports, by their summaries when a provider is plugged in (an edit that leaves a
-        summary alone invalidates nothing), else by their content."""
+        summary alone invalidates nothing), else by their content; and, without a provider,
+        the files that define the names it takes from a module that re-exports them."""
         digest = hashlib.sha256()
-        for dep in self.dependencies(path):
+        deps = self.dependencies(path)
+        if self.summarize is None:
+            deps = sorted(set(deps) | set(self.reexports(path).values()))
+        for dep in deps:
             digest.update(str(dep).encode("utf-8", "surrogateescape") + b"\0")
             if self.summarize is not None:
                 part = summary_hash(self.summary_of(dep))
@@ -410,7 +456,10 @@ class ProjectIndex:
         wanted = {self.normalize(p) for p in paths}
         out: Dict[Path, List[Path]] = {p: [] for p in wanted}
         for p in sorted(wanted):
-            for dep in self.dependencies(p):
+            deps = set(self.dependencies(p))
+            if self.summarize is None:
+                deps |= set(self.reexports(p).values())
+            for dep in sorted(deps):
                 if dep in out:
                     out[dep].append(p)
         return out

@@ -39,7 +39,7 @@ def check(monkeypatch, capsys, tmp_path):
     real = nanlint.runner.run_tasks
 
     def recording(tasks, mode, jobs):
-        linted.extend(Path(t.path).name for t in tasks)
+        linted.extend(Path(t.display).as_posix() for t in tasks)
         return real(tasks, mode, jobs)
 
     monkeypatch.setattr(nanlint.runner, "run_tasks", recording)
@@ -80,7 +80,10 @@ def test_the_project_is_flagged_with_evidence_from_the_other_file(project, check
     assert "softmax at pkg/cycle_b.py:7" in messages[("pkg/cycle_a.py", 13)]
     # Same names, no import: nothing from nets.py applies to unrelated.py.
     assert not [f for f in found if f[0] == "pkg/unrelated.py"]
-    assert linted == {"__init__.py", "nets.py", "train.py", "unrelated.py", "cycle_a.py", "cycle_b.py"}
+    assert "sigmoid output: `self.gate` output at pkg/models/policy.py:12" in messages[("pkg/evaluate.py", 9)]
+    assert linted == {"pkg/" + name for name in (
+        "__init__.py", "nets.py", "train.py", "unrelated.py", "cycle_a.py", "cycle_b.py", "evaluate.py",
+        "models/__init__.py", "models/policy.py")}
 
 
 def test_editing_the_model_file_relints_it_and_its_importers_only(project, check):
@@ -93,20 +96,28 @@ def test_editing_the_model_file_relints_it_and_its_importers_only(project, check
     nets.write_text(original.replace("return torch.softmax(logits, dim=-1)", "return torch.log_softmax(logits, dim=-1)"))
     after, linted = check(project, ".")
     # nets.py and train.py (which imports it); not unrelated.py, not the cycle.
-    assert linted == {"nets.py", "train.py"}
+    assert linted == {"pkg/nets.py", "pkg/train.py"}
     gone = {(f, row) for f, row, _, _ in first} - {(f, row) for f, row, _, _ in after}
     assert gone == {("pkg/train.py", 11), ("pkg/train.py", 23), ("pkg/train.py", 41)}
     assert ("pkg/train.py", 18, "NAN201") in where(after)
 
     nets.write_text(original)
     back, linted = check(project, ".")
-    assert back == first and linted == {"nets.py", "train.py"}
+    assert back == first and linted == {"pkg/nets.py", "pkg/train.py"}
 
     # An edit of the unrelated file re-lints that file alone.
     unrelated = project / "pkg" / "unrelated.py"
     unrelated.write_text(unrelated.read_text() + "\n# edited\n")
     again, linted = check(project, ".")
-    assert again == first and linted == {"unrelated.py"}
+    assert again == first and linted == {"pkg/unrelated.py"}
+
+    # The re-exported policy: its file, the package that re-exports it, and evaluate.py,
+    # which takes it from the package.
+    policy = project / "pkg" / "models" / "policy.py"
+    policy.write_text(policy.read_text().replace("self.gate = nn.Sigmoid()", "self.gate = nn.Identity()"))
+    after, linted = check(project, ".")
+    assert linted == {"pkg/models/policy.py", "pkg/models/__init__.py", "pkg/evaluate.py"}
+    assert ("pkg/evaluate.py", 9, "NAN201") not in where(after)
 
 
 def test_two_jobs_report_what_one_job_reports(project, check, monkeypatch):
@@ -199,6 +210,18 @@ def test_an_import_cycle_terminates(tmp_path, check):
         (tmp_path / name).write_text(text)
     found, linted = check(tmp_path, ".")
     assert [(f, row) for f, row, _, _ in found] == [("a.py", 6)] and linted == {"a.py", "b.py"}
+
+
+def test_the_index_follows_a_reexport_to_the_defining_file(project):
+    from nanlint.project import ProjectIndex
+
+    index = ProjectIndex()
+    evaluate = project / "pkg" / "evaluate.py"
+    origin = index.reexports(evaluate)
+    assert origin == {".models:GatedPolicy": (project / "pkg" / "models" / "policy.py").resolve()}
+    refs = index.module_refs(evaluate)
+    assert refs[".models:GatedPolicy"].display == "pkg/models/policy.py"
+    assert refs[".models"].display == "pkg/models/__init__.py"
 
 
 def test_the_language_server_sees_the_imported_model(project):

@@ -30,6 +30,7 @@ class ImportedNames:
         self.members: Dict[str, Member] = {}  # local name -> member of an imported module
         self.modules: Dict[str, str] = {}  # local dotted name -> imported module
         self._data: Dict[Member, Optional[Dict[str, Any]]] = {}
+        self._origin: Dict[Member, str] = {}  # the file a member's summary came from
         self._instances: Dict[str, Member] = {}
         for stmt in _top_level_statements(module.body):
             if isinstance(stmt, cst.ImportFrom):
@@ -87,47 +88,58 @@ class ImportedNames:
             module, name = member
             source = self.imported.get(module)
             if isinstance(source, summaries.ModuleRef):
-                self._data[member] = summaries.STORE.get(source, name)
+                found = summaries.STORE.get(source, name)
+                self._origin[member] = source.display
+                origin = self.imported.get(f"{module}:{name}")
+                if found is None and isinstance(origin, summaries.ModuleRef):
+                    # Re-exported (`from .nets import Actor` in a package's __init__.py).
+                    found = summaries.STORE.get(origin, name)
+                    self._origin[member] = origin.display
+                self._data[member] = found
             elif isinstance(source, dict) and source.get("format") == summaries.FORMAT:
                 found = (source.get("names") or {}).get(name)
                 self._data[member] = found if isinstance(found, dict) else None
         return self._data[member]
 
-    def display(self, module: str) -> str:
+    def display(self, member: Member) -> str:
+        """How evidence names the file a member's summary came from."""
+        self.data(member)
+        if member in self._origin:
+            return self._origin[member]
+        module = member[0]
         source = self.imported.get(module)
-        if isinstance(source, summaries.ModuleRef):
-            return source.display
         if isinstance(source, dict):
             return str(source.get("path") or module)
         return module
 
-    def method_data(self, member: Member, method: str, depth: int = 4) -> Optional[Dict[str, Any]]:
-        """A method's summary, from the class or a base class of the same module."""
+    def method_data(self, member: Member, method: str, depth: int = 4) -> Tuple[Optional[Dict[str, Any]], Member]:
+        """A method's summary, from the class or a base class of the same module, and the
+        class it was found in."""
         while depth > 0:
             cls = self.data(member)
             if not cls or cls.get("kind") != "class":
-                return None
+                return None, member
             found = (cls.get("methods") or {}).get(method)
             if isinstance(found, dict):
-                return found
+                return found, member
             bases = cls.get("bases") or []
             if not bases or self.data((member[0], bases[0])) is None:
-                return None
+                return None, member
             member, depth = (member[0], bases[0]), depth - 1
-        return None
+        return None, member
 
     # -- what calls return ------------------------------------------------------------
 
-    def returns(self, data: Optional[Dict[str, Any]], module: str) -> Optional[Value]:
+    def returns(self, data: Optional[Dict[str, Any]], member: Member) -> Optional[Value]:
         if not data or not isinstance(data.get("returns"), dict):
             return None
-        return summaries.value_from_data(data["returns"], self.display(module))
+        return summaries.value_from_data(data["returns"], self.display(member))
 
     def instance(self, member: Member, spelled: str, line: int) -> Value:
         """`Actor(...)`: a module object whose call runs `Actor.forward`."""
-        key = f"{self.display(member[0])}::{member[1]}"
+        key = f"{self.display(member)}::{member[1]}"
         self._instances[key] = member
-        out = self.returns(self.method_data(member, "forward"), member[0])
+        out = self.returns(*self.method_data(member, "forward"))
         if out is not None and out.prob is None and replace_evidence(out) == TOP:
             # A model's output with nothing more known: learned features (as in one file).
             out = Value(learned=True, evidence=(Evidence(line, f"output of `{spelled}`"),))
@@ -140,7 +152,7 @@ class ImportedNames:
             return None
         if data.get("kind") == "class":
             return self.instance(member, spelled, line)
-        out = self.returns(data, member[0])
+        out = self.returns(data, member)
         if out is None:
             return None
         return out.with_evidence(line, f"returned by `{spelled}`") if out.prob else out
@@ -152,7 +164,7 @@ class ImportedNames:
             return None
         if method in ("to", "cuda", "cpu", "eval", "train", "float", "half", "bfloat16", "requires_grad_"):
             return instance
-        out = self.returns(self.method_data(member, method), member[0])
+        out = self.returns(*self.method_data(member, method))
         if out is None:
             return TOP
         return out.with_evidence(line, f"returned by `{member[1]}.{method}`") if out.prob else out
