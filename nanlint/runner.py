@@ -242,10 +242,13 @@ def run_stdin(
         new_text = fix_notebook_text(display, text, rules, settings.precision, out,
                                      fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, timeout=settings.file_timeout)
         return out, new_text
+    imported = _stdin_imports(stdin_filename, text)
     if not (fix or diff):
-        _collect(out, display, lint_source(display, text, rules, settings.precision, settings.file_timeout))
+        _collect(out, display, lint_source(display, text, rules, settings.precision, settings.file_timeout,
+                                           imported=imported))
         return out, text
-    outcome = fix_source(display, text, rules, unsafe_fixes, settings.precision, settings.file_timeout)
+    outcome = fix_source(display, text, rules, unsafe_fixes, settings.precision, settings.file_timeout,
+                         imported=imported)
     for d, reason in outcome.dropped:
         out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")
     if outcome.source != text:
@@ -255,3 +258,14 @@ def run_stdin(
             out.diffs.append(unified_diff(display, text, outcome.source))
     _collect(out, display, outcome.remaining)
     return out, outcome.source
+
+
+def _stdin_imports(stdin_filename: Optional[str], text: str) -> Dict:
+    """The project files a source read from stdin imports, found from the path it is linted
+    as (none without `--stdin-filename`)."""
+    if stdin_filename is None:
+        return {}
+    index = ProjectIndex()
+    path = Path(stdin_filename)
+    index.note_content(path, text.encode("utf-8", "surrogateescape"))
+    return index.module_refs(path)

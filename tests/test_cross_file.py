@@ -248,3 +248,21 @@ def test_verify_confirms_with_the_domain_proven_in_the_other_file(project, monke
     # The log's argument is a softmax of nets.py: the verifier draws points of the simplex.
     assert lines[0].startswith("pkg/train.py:11:12: NAN201 confirmed: -inf output") and "p=[" in lines[0]
     assert ": 4 confirmed," in lines[-1]
+
+
+def test_stdin_named_as_a_project_file_sees_what_it_imports(project):
+    import subprocess
+    import sys
+
+    text = (project / "pkg" / "train.py").read_text()
+
+    def lint(*args):
+        done = subprocess.run([sys.executable, "-m", "nanlint", "check", "--no-cache", *args],
+                              input=text, capture_output=True, text=True, cwd=project)
+        return [line for line in done.stdout.splitlines() if " NAN201 " in line]
+
+    named = lint("--stdin-filename", "pkg/train.py", "-")
+    assert [line.split(" ")[0] for line in named] == [
+        f"pkg/train.py:{row}:{col}:" for row, col in (("11", "12"), ("18", "24"), ("23", "13"), ("41", "16"))]
+    assert "softmax at pkg/nets.py:14" in named[0]
+    assert lint("-") == []  # no name: its relative imports lead nowhere
