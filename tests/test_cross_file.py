@@ -78,12 +78,13 @@ def test_the_project_is_flagged_with_evidence_from_the_other_file(project, check
     assert "softmax at pkg/nets.py:14" in messages[("pkg/train.py", 11)]
     assert "sigmoid at pkg/nets.py:30" in messages[("pkg/train.py", 18)]
     assert "softmax at pkg/cycle_b.py:7" in messages[("pkg/cycle_a.py", 13)]
-    # Same names, no import: nothing from nets.py applies to unrelated.py.
-    assert not [f for f in found if f[0] == "pkg/unrelated.py"]
+    # Same names, no import: nothing from nets.py applies to unrelated.py; nor where a local
+    # binding hides an imported name (shadowed.py).
+    assert not [f for f in found if f[0] in ("pkg/unrelated.py", "pkg/shadowed.py")]
     assert "sigmoid output: `self.gate` output at pkg/models/policy.py:12" in messages[("pkg/evaluate.py", 9)]
     assert linted == {"pkg/" + name for name in (
         "__init__.py", "nets.py", "train.py", "unrelated.py", "cycle_a.py", "cycle_b.py", "evaluate.py",
-        "models/__init__.py", "models/policy.py")}
+        "models/__init__.py", "models/policy.py", "shadowed.py")}
 
 
 def test_editing_the_model_file_relints_it_and_its_importers_only(project, check):
@@ -95,15 +96,15 @@ def test_editing_the_model_file_relints_it_and_its_importers_only(project, check
     original = nets.read_text()
     nets.write_text(original.replace("return torch.softmax(logits, dim=-1)", "return torch.log_softmax(logits, dim=-1)"))
     after, linted = check(project, ".")
-    # nets.py and train.py (which imports it); not unrelated.py, not the cycle.
-    assert linted == {"pkg/nets.py", "pkg/train.py"}
+    # nets.py and its importers; not unrelated.py, not the cycle.
+    assert linted == {"pkg/nets.py", "pkg/train.py", "pkg/shadowed.py"}
     gone = {(f, row) for f, row, _, _ in first} - {(f, row) for f, row, _, _ in after}
     assert gone == {("pkg/train.py", 11), ("pkg/train.py", 23), ("pkg/train.py", 41)}
     assert ("pkg/train.py", 18, "NAN201") in where(after)
 
     nets.write_text(original)
     back, linted = check(project, ".")
-    assert back == first and linted == {"pkg/nets.py", "pkg/train.py"}
+    assert back == first and linted == {"pkg/nets.py", "pkg/train.py", "pkg/shadowed.py"}
 
     # An edit of the unrelated file re-lints that file alone.
     unrelated = project / "pkg" / "unrelated.py"

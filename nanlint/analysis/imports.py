@@ -217,7 +217,9 @@ def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
     spelled = dotted_name(func)
     if spelled is not None:
         root = spelled.split(".", 1)[0]
-        shadowed = root in env.vars or root in fa.functions or root in fa.classes
+        module_env = fa.module_env
+        shadowed = root in env.vars or root in fa.functions or root in fa.classes or (
+            module_env is not None and root in module_env.vars)  # `Actor = wrap(Actor)`
         member = None if shadowed else names.member_of(spelled)
         if member is not None:
             return names.call(member, spelled, line)
