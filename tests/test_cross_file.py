@@ -78,6 +78,7 @@ def test_the_project_is_flagged_with_evidence_from_the_other_file(project, check
     assert "softmax at pkg/nets.py:14" in messages[("pkg/train.py", 11)]
     assert "sigmoid at pkg/nets.py:30" in messages[("pkg/train.py", 18)]
     assert "softmax at pkg/cycle_b.py:7" in messages[("pkg/cycle_a.py", 13)]
+    assert "returned by `nets.Heads.gate`" in messages[("pkg/train.py", 50)]
     # Same names, no import: nothing from nets.py applies to unrelated.py; nor where a local
     # binding hides an imported name (shadowed.py).
     assert not [f for f in found if f[0] in ("pkg/unrelated.py", "pkg/shadowed.py")]
@@ -99,7 +100,7 @@ def test_editing_the_model_file_relints_it_and_its_importers_only(project, check
     # nets.py and its importers; not unrelated.py, not the cycle.
     assert linted == {"pkg/nets.py", "pkg/train.py", "pkg/shadowed.py"}
     gone = {(f, row) for f, row, _, _ in first} - {(f, row) for f, row, _, _ in after}
-    assert gone == {("pkg/train.py", 11), ("pkg/train.py", 23), ("pkg/train.py", 41)}
+    assert gone == {("pkg/train.py", 11), ("pkg/train.py", 23), ("pkg/train.py", 41), ("pkg/train.py", 46)}
     assert ("pkg/train.py", 18, "NAN201") in where(after)
 
     nets.write_text(original)
@@ -237,7 +238,7 @@ def test_the_language_server_sees_the_imported_model(project):
     # The unsaved buffer counts: without the import, nothing is known of nets.py.
     alone = lint_document(train, text.replace("from .nets import Actor, Critic, probs_of, stable_log_probs\n",
                                               "from .other import Actor, Critic, probs_of, stable_log_probs\n"))
-    assert sorted(d.start.row for d in alone.diagnostics if d.code == "NAN201") == [23]
+    assert sorted(d.start.row for d in alone.diagnostics if d.code == "NAN201") == [23, 50]  # `nets.`
 
 
 def test_verify_confirms_with_the_domain_proven_in_the_other_file(project, monkeypatch, capsys):
@@ -248,7 +249,7 @@ def test_verify_confirms_with_the_domain_proven_in_the_other_file(project, monke
     lines = capsys.readouterr().out.strip().splitlines()
     # The log's argument is a softmax of nets.py: the verifier draws points of the simplex.
     assert lines[0].startswith("pkg/train.py:11:12: NAN201 confirmed: -inf output") and "p=[" in lines[0]
-    assert ": 4 confirmed," in lines[-1]
+    assert ": 6 confirmed," in lines[-1]
 
 
 def test_stdin_named_as_a_project_file_sees_what_it_imports(project):
@@ -264,6 +265,7 @@ def test_stdin_named_as_a_project_file_sees_what_it_imports(project):
 
     named = lint("--stdin-filename", "pkg/train.py", "-")
     assert [line.split(" ")[0] for line in named] == [
-        f"pkg/train.py:{row}:{col}:" for row, col in (("11", "12"), ("18", "24"), ("23", "13"), ("41", "16"))]
+        f"pkg/train.py:{row}:{col}:" for row, col in (
+            ("11", "12"), ("18", "24"), ("23", "13"), ("41", "16"), ("46", "12"), ("50", "12"))]
     assert "softmax at pkg/nets.py:14" in named[0]
     assert lint("-") == []  # no name: its relative imports lead nowhere

@@ -223,6 +223,13 @@ def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
         member = None if shadowed else names.member_of(spelled)
         if member is not None:
             return names.call(member, spelled, line)
+        owner, _, method = spelled.rpartition(".")
+        cls = None if shadowed or not owner else names.member_of(owner)
+        if cls is not None and (names.data(cls) or {}).get("kind") == "class":
+            # `Actor.probs(model, x)`, a static or class method: the method's summary.
+            out = names.returns(*names.method_data(cls, method))
+            if out is not None:
+                return out.with_evidence(line, f"returned by `{spelled}`") if out.prob else out
     if isinstance(func, cst.Attribute) and names._instances:
         receiver_name = dotted_name(func.value)
         if receiver_name is not None:
