@@ -269,3 +269,20 @@ def test_stdin_named_as_a_project_file_sees_what_it_imports(project):
             ("11", "12"), ("18", "24"), ("23", "13"), ("41", "16"), ("46", "12"), ("50", "12"))]
     assert "softmax at pkg/nets.py:14" in named[0]
     assert lint("-") == []  # no name: its relative imports lead nowhere
+
+
+def test_an_imported_file_that_is_too_big_or_broken_tells_nothing(tmp_path, monkeypatch):
+    import hashlib
+
+    big = tmp_path / "big.py"
+    big.write_text("import torch\n\n\ndef probs_of(x):\n    return torch.sigmoid(x)\n" + "# padding\n" * 20)
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\n\ndef probs_of(x:\n    return torch.sigmoid(x)\n")
+
+    def ref(path):
+        return summaries.ModuleRef(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), path.name)
+
+    assert summaries.SummaryStore().get(ref(big), "probs_of")["returns"]["prob"] == "sigmoid"
+    monkeypatch.setattr(summaries, "MAX_SUMMARIZED_BYTES", 100)
+    assert summaries.SummaryStore().get(ref(big), "probs_of") is None
+    assert summaries.SummaryStore().get(ref(broken), "probs_of") is None

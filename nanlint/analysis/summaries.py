@@ -32,6 +32,9 @@ from .values import TOP, Evidence, Value
 FORMAT = 1
 PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
 
+# Larger imported files are not summarized (the default `max-file-size`: a file that large is
+# generated code, skipped when linted, and would cost each dependent a parse of it).
+MAX_SUMMARIZED_BYTES = 1024 * 1024
 # How deep a module held in an attribute is followed into its own class's `forward`.
 _NESTING = 2
 # A file that never says these cannot run a function in half precision.
@@ -262,6 +265,8 @@ class SummaryStore:
             source = read_source(Path(ref.path))
             if hashlib.sha256(source.data).hexdigest() != ref.content:
                 return None  # changed since the run read it: what it held then is unknown
+            if len(source.data) > MAX_SUMMARIZED_BYTES:
+                return None  # a generated file: parsing it would cost the dependent's time budget
             parsed = (source.text, cst.parse_module(source.text))
         except Exception:  # unreadable or unparsable: the dependent knows nothing of it
             parsed = None
