@@ -286,3 +286,18 @@ def test_an_imported_file_that_is_too_big_or_broken_tells_nothing(tmp_path, monk
     monkeypatch.setattr(summaries, "MAX_SUMMARIZED_BYTES", 100)
     assert summaries.SummaryStore().get(ref(big), "probs_of") is None
     assert summaries.SummaryStore().get(ref(broken), "probs_of") is None
+
+
+def test_a_function_run_under_autocast_in_its_file_says_so(tmp_path):
+    import hashlib
+
+    nets = tmp_path / "nets.py"
+    nets.write_text(
+        "import torch\n\n\ndef encode(x):\n    return x * 2\n\n\ndef plain(x):\n    return x\n\n\n"
+        "def step(x):\n    with torch.autocast('cuda', dtype=torch.float16):\n        return encode(x)\n"
+    )
+    ref = summaries.ModuleRef(str(nets), hashlib.sha256(nets.read_bytes()).hexdigest(), "nets.py")
+    store = summaries.SummaryStore()
+    assert store.get(ref, "encode")["half"] == "`encode` is called under autocast at line 14"
+    assert "half" not in store.get(ref, "plain")
+    assert summaries.summarize_file(nets, nets.read_text())["names"]["encode"]["half"].startswith("`encode`")

@@ -110,12 +110,20 @@ def _resolved(fa, v: Value, depth: int = _NESTING) -> Value:
     return replace(v, evidence=ev, module_out=out, instance_of=None)
 
 
-def _half_of(fa, name: str) -> Optional[str]:
+def half_precision_callees(fa) -> Dict[str, str]:
+    """Why each function of the file runs in half precision where the file shows so (it is
+    called under autocast there): a whole-file question, asked once per file."""
     if not _MAY_BE_HALF.search(fa.ctx.source):
-        return None
+        return {}
     fa.ensure_all()
-    ev = fa.autocast_callees.get(name)
-    return f"{ev.reason} at line {fa.line(ev.line)}" if ev else None
+    return {name: f"{ev.reason} at line {fa.line(ev.line)}" for name, ev in fa.autocast_callees.items()}
+
+
+def _half_of(fa, name: str) -> Optional[str]:
+    halves = getattr(fa, "_summary_halves", None)
+    if halves is None:
+        halves = fa._summary_halves = half_precision_callees(fa)
+    return halves.get(name)
 
 
 def function_data(fa, fn, qualified: str) -> Dict[str, Any]:
@@ -224,6 +232,7 @@ class SummaryStore:
         self._parsed: "OrderedDict[Tuple[str, str], Any]" = OrderedDict()
         self._stored: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self._caches: Dict[str, Any] = {}
+        self._halves: Dict[Tuple[str, str], Dict[str, str]] = {}
         self.computed = 0  # names summarized by this process (for tests and benchmarks)
 
     def get(self, ref: ModuleRef, name: str) -> Optional[Dict[str, Any]]:
@@ -240,7 +249,13 @@ class SummaryStore:
             return None
         text, module = parsed
         try:
-            found = name_data(_analysis_of(ref.path, text, module), name)
+            halves = self._halves.get((ref.path, ref.content))
+            if halves is None:
+                halves = self._halves[(ref.path, ref.content)] = half_precision_callees(
+                    _analysis_of(ref.path, text, module))
+            fa = _analysis_of(ref.path, text, module)
+            fa._summary_halves = halves
+            found = name_data(fa, name)
         except Exception:  # a bad dependency must not stop the dependent's lint
             return None
         self.computed += 1
