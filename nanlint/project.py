@@ -114,6 +114,7 @@ class ProjectIndex:
         self._listings: Dict[str, frozenset] = {}
         self._lookups: Dict[Tuple[Tuple[Path, ...], ImportRef], Tuple[Optional[Path], Dict[str, Path]]] = {}
         self._inside_memo: Dict[Tuple[Path, Optional[Path]], bool] = {}
+        self._reexports: Dict[Tuple[Path, str], Optional[Path]] = {}
 
     # -- files --------------------------------------------------------------------------
 
@@ -380,6 +381,12 @@ class ProjectIndex:
         (`from .nets import Actor` in a package's `__init__.py`), followed a few hops;
         None where the module does not import it from a project file. Unaliased imports
         only: the scan does not keep `as` names."""
+        key = (self.normalize(module_file), name)
+        if key not in self._reexports:
+            self._reexports[key] = self._follow_reexport(key[0], name, hops)
+        return self._reexports[key]
+
+    def _follow_reexport(self, module_file: Path, name: str, hops: int) -> Optional[Path]:
         found = None
         seen = {self.normalize(module_file)}
         current = self.normalize(module_file)
@@ -398,14 +405,15 @@ class ProjectIndex:
         return found
 
     def reexports(self, path: Path) -> Dict[str, Path]:
-        """For each name `path` takes from a project module that only re-exports it, the
-        file that defines it, keyed `module as spelled:name`."""
+        """For each name `path` takes from a package that only re-exports it (from its
+        `__init__.py`: where re-exports live), the file that defines it, keyed `module as
+        spelled:name`."""
         out: Dict[str, Path] = {}
         for ref in self.imports_of(path):
             if not ref.names:
                 continue
             module_file, subs = self.resolve_parts(path, ref)
-            if module_file is None:
+            if module_file is None or module_file.name != "__init__.py":
                 continue
             spelled = "." * ref.level + ref.module
             for name in ref.names:

@@ -37,8 +37,8 @@ PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
 MAX_SUMMARIZED_BYTES = 1024 * 1024
 # How deep a module held in an attribute is followed into its own class's `forward`.
 _NESTING = 2
-# A file that never says these cannot run a function in half precision.
-_MAY_BE_HALF = re.compile(r"\.half\(|float16|bfloat16|autocast|HalfTensor")
+# A file that never says this has no autocast region to call a function in.
+_MAY_AUTOCAST = re.compile(r"autocast")
 
 _DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out")}
 
@@ -113,7 +113,7 @@ def _resolved(fa, v: Value, depth: int = _NESTING) -> Value:
 def half_precision_callees(fa) -> Dict[str, str]:
     """Why each function of the file runs in half precision where the file shows so (it is
     called under autocast there): a whole-file question, asked once per file."""
-    if not _MAY_BE_HALF.search(fa.ctx.source):
+    if not _MAY_AUTOCAST.search(fa.ctx.source):
         return {}
     fa.ensure_all()
     return {name: f"{ev.reason} at line {fa.line(ev.line)}" for name, ev in fa.autocast_callees.items()}
@@ -207,6 +207,12 @@ summarize_file.version = FORMAT  # type: ignore[attr-defined]
 # ---------------------------------------------------------------------- where dependents get them
 
 
+def _defines(text: str, name: str) -> bool:
+    """The text has a top-level `def name` or `class name` (what a summary can describe)."""
+    return re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(name)}\b|^class[ \t]+{re.escape(name)}\b",
+                     text, re.M) is not None
+
+
 @dataclass(frozen=True)
 class ModuleRef:
     """An imported project file as a dependent's lint receives it (picklable, for workers):
@@ -244,10 +250,24 @@ class SummaryStore:
         if names is not None and name in names:
             self._memo[key] = names[name]
             return names[name]
-        parsed = self._parse(ref)
-        if parsed is None:
+        entry = self._source(ref)
+        if entry is None:
             return None
-        text, module = parsed
+        if not _defines(entry["text"], name):
+            # Not a top-level def or class there (an import, a constant): nothing to parse.
+            if names is not None:
+                names[name] = None
+                self._store(ref, names)
+            return None
+        try:
+            if entry["module"] is None:
+                import libcst as cst
+
+                entry["module"] = cst.parse_module(entry["text"])
+        except Exception:  # unparsable: the dependent knows nothing of it
+            entry["text"] = ""
+            return None
+        text, module = entry["text"], entry["module"]
         try:
             halves = self._halves.get((ref.path, ref.content))
             if halves is None:
@@ -265,30 +285,31 @@ class SummaryStore:
             self._store(ref, names)
         return found
 
-    def _parse(self, ref: ModuleRef):
+    def _source(self, ref: ModuleRef) -> Optional[Dict[str, Any]]:
+        """The file's text (and its syntax tree once parsed), for the last few files."""
         key = (ref.path, ref.content)
         if key in self._parsed:
             self._parsed.move_to_end(key)
             return self._parsed[key]
         from pathlib import Path
 
-        import libcst as cst
-
         from ..files import read_source
 
+        entry: Optional[Dict[str, Any]] = None
         try:
             source = read_source(Path(ref.path))
             if hashlib.sha256(source.data).hexdigest() != ref.content:
-                return None  # changed since the run read it: what it held then is unknown
-            if len(source.data) > MAX_SUMMARIZED_BYTES:
-                return None  # a generated file: parsing it would cost the dependent's time budget
-            parsed = (source.text, cst.parse_module(source.text))
-        except Exception:  # unreadable or unparsable: the dependent knows nothing of it
-            parsed = None
-        self._parsed[key] = parsed
+                pass  # changed since the run read it: what it held then is unknown
+            elif len(source.data) > MAX_SUMMARIZED_BYTES:
+                pass  # a generated file: parsing it would cost the dependent's time budget
+            else:
+                entry = {"text": source.text, "module": None}
+        except Exception:  # unreadable: the dependent knows nothing of it
+            entry = None
+        self._parsed[key] = entry
         while len(self._parsed) > self.KEEP_PARSED:
             self._parsed.popitem(last=False)
-        return parsed
+        return entry
 
     def _cache(self, ref: ModuleRef):
         if ref.cache is None:
