@@ -115,6 +115,7 @@ class ProjectIndex:
         self._lookups: Dict[Tuple[Tuple[Path, ...], ImportRef], Tuple[Optional[Path], Dict[str, Path]]] = {}
         self._inside_memo: Dict[Tuple[Path, Optional[Path]], bool] = {}
         self._reexports: Dict[Tuple[Path, str], Optional[Path]] = {}
+        self._displays: Dict[Path, str] = {}
 
     # -- files --------------------------------------------------------------------------
 
@@ -436,10 +437,17 @@ class ProjectIndex:
             content = self.content_hash(file)
             if content is None:
                 continue
+            out[spelled] = ModuleRef(str(file), content, self.display_of(file), cache_dir)
+        return out
+
+    def display_of(self, file: Path) -> str:
+        """How evidence names a project file: its path under the project root."""
+        found = self._displays.get(file)
+        if found is None:
             root = self.root_of(file)
             display = os.path.relpath(file, root) if root is not None else file.name
-            out[spelled] = ModuleRef(str(file), content, Path(display).as_posix(), cache_dir)
-        return out
+            found = self._displays[file] = display.replace(os.sep, "/")
+        return found
 
     def dependency_fingerprint(self, path: Path) -> str:
         """What a file's cached result depends on outside the file: its direct own-module
