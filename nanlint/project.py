@@ -362,7 +362,8 @@ class ProjectIndex:
         `pkg.nets`."""
         if self.summarize is None:
             return {}
-        return {spelled: self.summary_of(file) for spelled, file in self.imported_modules(path).items()}
+        modules = list(self.imported_modules(path).items()) + list(self.reexports(path).items())
+        return {spelled: self.summary_of(file) for spelled, file in modules}
 
     def imported_modules(self, path: Path) -> Dict[str, Path]:
         """The project files `path` imports, by the module as the import spells it (see
@@ -452,12 +453,10 @@ class ProjectIndex:
     def dependency_fingerprint(self, path: Path) -> str:
         """What a file's cached result depends on outside the file: its direct own-module
         imports, by their summaries when a provider is plugged in (an edit that leaves a
-        summary alone invalidates nothing), else by their content; and, without a provider,
-        the files that define the names it takes from a module that re-exports them."""
+        summary alone invalidates nothing), else by their content; and the files that define
+        the names it takes from a package that re-exports them."""
         digest = hashlib.sha256()
-        deps = self.dependencies(path)
-        if self.summarize is None:
-            deps = sorted(set(deps) | set(self.reexports(path).values()))
+        deps = sorted(set(self.dependencies(path)) | set(self.reexports(path).values()))
         for dep in deps:
             digest.update(str(dep).encode("utf-8", "surrogateescape") + b"\0")
             if self.summarize is not None:
@@ -472,9 +471,7 @@ class ProjectIndex:
         wanted = {self.normalize(p) for p in paths}
         out: Dict[Path, List[Path]] = {p: [] for p in wanted}
         for p in sorted(wanted):
-            deps = set(self.dependencies(p))
-            if self.summarize is None:
-                deps |= set(self.reexports(p).values())
+            deps = set(self.dependencies(p)) | set(self.reexports(p).values())
             for dep in sorted(deps):
                 if dep in out:
                     out[dep].append(p)

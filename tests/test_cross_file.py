@@ -301,3 +301,17 @@ def test_a_function_run_under_autocast_in_its_file_says_so(tmp_path):
     assert store.get(ref, "encode")["half"] == "`encode` is called under autocast at line 14"
     assert "half" not in store.get(ref, "plain")
     assert summaries.summarize_file(nets, nets.read_text())["names"]["encode"]["half"].startswith("`encode`")
+
+
+def test_eager_whole_module_summaries_give_the_same_findings(project, monkeypatch):
+    """The index's pluggable provider with whole-module summaries (`summarize_file`): the
+    cache key then holds the imported summaries instead of the imported bytes."""
+    from nanlint.config import Settings
+    from nanlint.runner import run
+
+    monkeypatch.chdir(project)
+    lazy = run(["."], Settings(root=project), jobs=1)
+    eager = run(["."], Settings(root=project), jobs=1, summarize=summaries.summarize_file)
+    assert [(d.path, d.start.row, d.code) for d in eager.diagnostics] == \
+        [(d.path, d.start.row, d.code) for d in lazy.diagnostics]
+    assert sorted((Path(d.path).as_posix(), d.start.row, d.code) for d in lazy.diagnostics) == expectations(project)

@@ -10,6 +10,7 @@ a parameter) hide the imported ones.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Dict, Optional, Tuple
 
 import libcst as cst
@@ -98,6 +99,10 @@ class ImportedNames:
                 self._data[member] = found
             elif isinstance(source, dict) and source.get("format") == summaries.FORMAT:
                 found = (source.get("names") or {}).get(name)
+                origin = self.imported.get(f"{module}:{name}")
+                if not isinstance(found, dict) and isinstance(origin, dict):
+                    found = (origin.get("names") or {}).get(name)
+                    self._origin[member] = str(origin.get("path") or module)
                 self._data[member] = found if isinstance(found, dict) else None
         return self._data[member]
 
@@ -140,7 +145,7 @@ class ImportedNames:
         key = f"{self.display(member)}::{member[1]}"
         self._instances[key] = member
         out = self.returns(*self.method_data(member, "forward"))
-        if out is not None and out.prob is None and replace_evidence(out) == TOP:
+        if out is not None and out.prob is None and replace(out, evidence=()) == TOP:
             # A model's output with nothing more known: learned features (as in one file).
             out = Value(learned=True, evidence=(Evidence(line, f"output of `{spelled}`"),))
         return Value(instance_of=key, module_out=out, evidence=(Evidence(line, f"`{spelled}` instance"),))
@@ -168,12 +173,6 @@ class ImportedNames:
         if out is None:
             return TOP
         return out.with_evidence(line, f"returned by `{member[1]}.{method}`") if out.prob else out
-
-
-def replace_evidence(v: Value) -> Value:
-    from dataclasses import replace
-
-    return replace(v, evidence=())
 
 
 def _top_level_statements(body):

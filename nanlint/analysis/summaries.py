@@ -77,10 +77,14 @@ def value_from_data(data: Dict[str, Any], display: str) -> Value:
     """A Value from its data; its evidence cites `display` (the file it came from)."""
     kw: Dict[str, Any] = {}
     for name, default in _DEFAULTS.items():
-        if name in data:
-            got = data[name]
-            kw[name] = _number_from_data(got) if name in ("lo", "hi") else type(default)(got) \
-                if isinstance(default, (bool, float)) else got
+        if name not in data:
+            continue
+        got = data[name]
+        if name in ("lo", "hi"):
+            got = _number_from_data(got)
+        elif isinstance(default, bool):
+            got = bool(got)
+        kw[name] = got
     if "module_out" in data:
         kw["module_out"] = value_from_data(data["module_out"], display)
     evidence = []
