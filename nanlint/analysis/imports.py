@@ -33,6 +33,8 @@ class ImportedNames:
         self._data: Dict[Member, Optional[Dict[str, Any]]] = {}
         self._origin: Dict[Member, str] = {}  # the file a member's summary came from
         self._instances: Dict[str, Member] = {}
+        self.module = module
+        self._discarded: Optional[frozenset] = None
         for stmt in _top_level_statements(module.body):
             if isinstance(stmt, cst.ImportFrom):
                 self._bind_from(stmt)
@@ -71,6 +73,14 @@ class ImportedNames:
                 prefix = ".".join(parts[:i])
                 if prefix in self.imported:
                     self.modules[prefix] = prefix
+
+    def discarded(self) -> frozenset:
+        """The calls written as statements (their value unused): no summary is needed."""
+        if self._discarded is None:
+            found = set()
+            _statement_calls(self.module.body, found)
+            self._discarded = frozenset(found)
+        return self._discarded
 
     def member_of(self, spelled: str) -> Optional[Member]:
         """What a dotted name written in the file refers to among the imported members."""
@@ -175,6 +185,36 @@ class ImportedNames:
         return out.with_evidence(line, f"returned by `{member[1]}.{method}`") if out.prob else out
 
 
+def _statement_calls(body, found: set) -> None:
+    """ids of the calls that are whole expression statements, in every block of `body`."""
+    for stmt in body:
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            for small in stmt.body:
+                if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                    found.add(id(small.value))
+            continue
+        blocks = [getattr(stmt, "body", None), getattr(stmt, "finalbody", None)]
+        blocks += [h for h in getattr(stmt, "handlers", ()) or ()]
+        orelse = getattr(stmt, "orelse", None)
+        if isinstance(orelse, cst.If):
+            _statement_calls([orelse], found)
+        else:
+            blocks.append(orelse)
+        for block in blocks:
+            _statement_calls(_block_statements(block), found)
+
+
+def _block_statements(block) -> list:
+    """The statements of a block (`Else`, `Finally`, a handler: through their suite)."""
+    while block is not None and not isinstance(block, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+        block = getattr(block, "body", None)
+    if isinstance(block, cst.IndentedBlock):
+        return list(block.body)
+    if isinstance(block, cst.SimpleStatementSuite):
+        return [block]
+    return []
+
+
 def _top_level_statements(body):
     """Import statements at module level, also inside top-level `if`/`try` blocks (an
     optional dependency, a TYPE_CHECKING block)."""
@@ -221,6 +261,8 @@ def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
             module_env is not None and root in module_env.vars)  # `Actor = wrap(Actor)`
         member = None if shadowed else names.member_of(spelled)
         if member is not None:
+            if id(node) in names.discarded():
+                return TOP  # `check_shape(x)` as a statement: what it returns is never used
             return names.call(member, spelled, line)
         owner, _, method = spelled.rpartition(".")
         cls = None if shadowed or not owner else names.member_of(owner)
