@@ -315,3 +315,20 @@ def test_eager_whole_module_summaries_give_the_same_findings(project, monkeypatc
     assert [(d.path, d.start.row, d.code) for d in eager.diagnostics] == \
         [(d.path, d.start.row, d.code) for d in lazy.diagnostics]
     assert sorted((Path(d.path).as_posix(), d.start.row, d.code) for d in lazy.diagnostics) == expectations(project)
+
+
+def test_the_analysis_summary_types_round_trip_through_json():
+    from nanlint.analysis import summarize_module
+
+    text = (PROJECT / "pkg" / "nets.py").read_text()
+    summary = summarize_module(("pkg/nets.py", text))
+    data = json.loads(json.dumps(summaries.module_summary_to_data(summary), allow_nan=False))
+    back = summaries.module_summary_from_data(data)
+    assert back.path == "pkg/nets.py" and set(back.classes) == {"Actor", "Critic", "Heads"}
+    assert set(back.functions) == {"probs_of", "stable_log_probs"}
+    forward = back.classes["Actor"].methods["forward"].returns
+    assert (forward.prob, forward.simplex_dim, forward.lo, forward.hi) == ("softmax", "-1", 0.0, 1.0)
+    assert "softmax at pkg/nets.py:14" in [str(e) for e in forward.evidence]
+    assert back.classes["Actor"].bases == ("nn.Module",)
+    assert back.classes["Actor"].attributes["body"].module_out is not None
+    assert back.functions["probs_of"].returns.prob == "sigmoid"

@@ -188,6 +188,50 @@ def module_data(fa, display: str, names=None) -> Dict[str, Any]:
     return {"format": FORMAT, "path": display, "names": {n: name_data(fa, n) for n in wanted}}
 
 
+def module_summary_to_data(summary) -> Dict[str, Any]:
+    """An `analysis.ModuleSummary` (whole module, evidence lines resolved) as JSON data in the
+    layout `module_data` writes."""
+    def function(f) -> Dict[str, Any]:
+        data: Dict[str, Any] = {"kind": "function", "returns": value_to_data(f.returns)}
+        if f.half:
+            data["half"] = f.half
+        return data
+
+    names: Dict[str, Any] = {name: function(f) for name, f in summary.functions.items()}
+    for name, c in summary.classes.items():
+        names[name] = {
+            "kind": "class",
+            "bases": list(c.bases),
+            "methods": {m: function(f) for m, f in c.methods.items()},
+            "attributes": {a: value_to_data(v) for a, v in c.attributes.items()},
+        }
+    return {"format": FORMAT, "path": summary.path, "names": names, "trainable": list(summary.trainable)}
+
+
+def module_summary_from_data(data: Dict[str, Any]):
+    """The `analysis.ModuleSummary` of JSON data (its evidence cites the file by `path`)."""
+    from . import ClassSummary, FunctionSummary, ModuleSummary
+
+    display = str(data.get("path", ""))
+
+    def function(name: str, raw: Dict[str, Any]):
+        return FunctionSummary(name, value_from_data(raw.get("returns") or {}, display), raw.get("half"))
+
+    functions, classes = {}, {}
+    for name, raw in (data.get("names") or {}).items():
+        if not isinstance(raw, dict):
+            continue
+        if raw.get("kind") == "class":
+            classes[name] = ClassSummary(
+                name, tuple(raw.get("bases") or ()),
+                {m: function(m, f) for m, f in (raw.get("methods") or {}).items()},
+                {a: value_from_data(v, display) for a, v in (raw.get("attributes") or {}).items()},
+            )
+        else:
+            functions[name] = function(name, raw)
+    return ModuleSummary(display, functions, classes, tuple(data.get("trainable") or ()))
+
+
 def _analysis_of(path: str, text: str, module=None):
     import libcst as cst
 
@@ -350,4 +394,5 @@ STORE = SummaryStore()
 __all__ = [
     "FORMAT", "ModuleRef", "SummaryStore", "STORE", "value_to_data", "value_from_data",
     "function_data", "class_data", "name_data", "module_data", "summarize_file",
+    "module_summary_to_data", "module_summary_from_data",
 ]
