@@ -116,6 +116,8 @@ class ProjectIndex:
         self._inside_memo: Dict[Tuple[Path, Optional[Path]], bool] = {}
         self._reexports: Dict[Tuple[Path, str], Optional[Path]] = {}
         self._displays: Dict[Path, str] = {}
+        self._modules: Dict[Path, Dict[str, Path]] = {}
+        self._reexports_of: Dict[Path, Dict[str, Path]] = {}
 
     # -- files --------------------------------------------------------------------------
 
@@ -269,11 +271,7 @@ class ProjectIndex:
         """The project files `path` imports directly (sorted, without itself)."""
         path = self.normalize(path)
         if path not in self._deps:
-            deps = set()
-            for ref in self.imports_of(path):
-                deps.update(self.resolve(path, ref))
-            deps.discard(path)
-            self._deps[path] = sorted(deps)
+            self._deps[path] = sorted(set(self.imported_modules(path).values()))
         return self._deps[path]
 
     def dependency_order(self, paths: Iterable[Path]) -> List[List[Path]]:
@@ -367,8 +365,13 @@ class ProjectIndex:
 
     def imported_modules(self, path: Path) -> Dict[str, Path]:
         """The project files `path` imports, by the module as the import spells it (see
-        `imported_summaries`)."""
+        `imported_summaries`); memoized for the run (do not modify)."""
+        path = self.normalize(path)
+        known = self._modules.get(path)
+        if known is not None:
+            return known
         out: Dict[str, Path] = {}
+        self._modules[path] = out
         for ref in self.imports_of(path):
             module_file, subs = self.resolve_parts(path, ref)
             spelled = "." * ref.level + ref.module
@@ -410,7 +413,12 @@ class ProjectIndex:
         """For each name `path` takes from a package that only re-exports it (from its
         `__init__.py`: where re-exports live), the file that defines it, keyed `module as
         spelled:name`."""
+        path = self.normalize(path)
+        known = self._reexports_of.get(path)
+        if known is not None:
+            return known
         out: Dict[str, Path] = {}
+        self._reexports_of[path] = out
         for ref in self.imports_of(path):
             if not ref.names:
                 continue
