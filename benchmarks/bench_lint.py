@@ -185,6 +185,8 @@ def in_process(args: argparse.Namespace) -> None:
 
     lint_wall, lint_s, _ = time_pass(lint, files, args.repeat)
     runs = args.repeat
+    if args.project_index:
+        paired_s, index_s, index_wall, index_summaries = _index_pass(files, rules, args.repeat)
 
     print("times are CPU seconds of this process (wall-clock seconds in brackets)")
     print(f"libcst.parse_module only: {parse_s:.2f} s [{parse_wall:.2f}], "
@@ -195,6 +197,13 @@ def in_process(args: argparse.Namespace) -> None:
     print(f"ratio nanlint / parse-only (all files): {lint_s / parse_s:.2f}")
     print(f"ratio nanlint / parse-only (the {torch_files} files that mention torch): "
           f"{lint_s / parse_torch_s:.2f}")
+    if args.project_index:
+        print(f"nanlint with the project index (imports resolved, summaries on demand): {index_s:.2f} s "
+              f"[{index_wall:.2f}], {index_summaries} names summarized; the same files without it, "
+              f"linted in turn with it: {paired_s:.2f} s")
+        print(f"ratio with / without the project index (file by file in turn): {index_s / paired_s:.2f}")
+        print(f"ratio nanlint with the project index / parse-only (all files): {index_s / parse_s:.2f}; "
+              f"scaled from the paired ratio: {lint_s / parse_s * index_s / paired_s:.2f}")
     print("findings per rule:")
     for rule in rules:
         print(f"  {rule.code} {rule.name}: {findings[rule.code] // runs}")
@@ -202,6 +211,36 @@ def in_process(args: argparse.Namespace) -> None:
             print(f"      {line}")
     if errors:
         print(f"internal errors: {len(errors) // runs} (first: {errors[0]})")
+
+
+def _index_pass(files, rules, repeat: int) -> Tuple[float, float, float, int]:
+    """The lint with and without the project index, file by file in turn (each file linted
+    without it, then with it: both sides see the same load, which drifts a lot on a shared
+    machine over a whole pass). With it, each file sees the project modules it imports as
+    `nanlint check` hands them (summaries computed on demand; a fresh index and summary store
+    per pass, no cache). Returns CPU seconds without and with it, wall seconds with it, and
+    the names summarized; the fastest of `repeat` passes by the with-index total."""
+    from nanlint.analysis import summaries
+    from nanlint.project import ProjectIndex
+
+    cpu, wall = time.process_time, time.perf_counter
+    best = (float("inf"), float("inf"), float("inf"), 0)
+    for _ in range(repeat):
+        gc.collect()
+        index = ProjectIndex()
+        summaries.STORE = store = summaries.SummaryStore()
+        without = with_index = with_wall = 0.0
+        for path, text in files:
+            start = cpu()
+            lint_source(path, text, rules)
+            middle, middle_wall = cpu(), wall()
+            lint_source(path, text, rules, imported=index.module_refs(CORPUS / "src" / path))
+            with_index += cpu() - middle
+            with_wall += wall() - middle_wall
+            without += middle - start
+        if with_index < best[1]:
+            best = (without, with_index, with_wall, store.computed)
+    return best
 
 
 # -- the phases, each in a fresh process ---------------------------------------------------
@@ -365,6 +404,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=0, help="jobs of the parallel phases (default: usable CPUs)")
     parser.add_argument("--in-process", action="store_true", help="the older single-process parse/lint comparison")
     parser.add_argument("--repeat", type=int, default=1, help="(--in-process) time each pass N times, keep the best")
+    parser.add_argument("--project-index", action="store_true",
+                        help="(--in-process) also time the lint with the project index (cross-file summaries)")
     parser.add_argument("--show", type=int, default=0, metavar="N",
                         help="(--in-process) also print the first N findings of each rule (to review them)")
     parser.add_argument("--phase", help=argparse.SUPPRESS)

@@ -114,6 +114,10 @@ class ProjectIndex:
         self._listings: Dict[str, frozenset] = {}
         self._lookups: Dict[Tuple[Tuple[Path, ...], ImportRef], Tuple[Optional[Path], Dict[str, Path]]] = {}
         self._inside_memo: Dict[Tuple[Path, Optional[Path]], bool] = {}
+        self._reexports: Dict[Tuple[Path, str], Optional[Path]] = {}
+        self._displays: Dict[Path, str] = {}
+        self._modules: Dict[Path, Dict[str, Path]] = {}
+        self._reexports_of: Dict[Path, Dict[str, Path]] = {}
 
     # -- files --------------------------------------------------------------------------
 
@@ -267,11 +271,7 @@ class ProjectIndex:
         """The project files `path` imports directly (sorted, without itself)."""
         path = self.normalize(path)
         if path not in self._deps:
-            deps = set()
-            for ref in self.imports_of(path):
-                deps.update(self.resolve(path, ref))
-            deps.discard(path)
-            self._deps[path] = sorted(deps)
+            self._deps[path] = sorted(set(self.imported_modules(path).values()))
         return self._deps[path]
 
     def dependency_order(self, paths: Iterable[Path]) -> List[List[Path]]:
@@ -360,22 +360,112 @@ class ProjectIndex:
         `pkg.nets`."""
         if self.summarize is None:
             return {}
-        out: Dict[str, Any] = {}
+        modules = list(self.imported_modules(path).items()) + list(self.reexports(path).items())
+        return {spelled: self.summary_of(file) for spelled, file in modules}
+
+    def imported_modules(self, path: Path) -> Dict[str, Path]:
+        """The project files `path` imports, by the module as the import spells it (see
+        `imported_summaries`); memoized for the run (do not modify)."""
+        path = self.normalize(path)
+        known = self._modules.get(path)
+        if known is not None:
+            return known
+        out: Dict[str, Path] = {}
+        self._modules[path] = out
         for ref in self.imports_of(path):
             module_file, subs = self.resolve_parts(path, ref)
             spelled = "." * ref.level + ref.module
             if module_file is not None:
-                out[spelled] = self.summary_of(module_file)
+                out[spelled] = module_file
             for name, sub in subs.items():
-                out[spelled + ("" if spelled.endswith(".") else ".") + name] = self.summary_of(sub)
+                out[spelled + ("" if spelled.endswith(".") else ".") + name] = sub
         return out
+
+    def reexport_of(self, module_file: Path, name: str, hops: int = 3) -> Optional[Path]:
+        """The project file that defines `name` where `module_file` only imports it
+        (`from .nets import Actor` in a package's `__init__.py`), followed a few hops;
+        None where the module does not import it from a project file. Unaliased imports
+        only: the scan does not keep `as` names."""
+        key = (self.normalize(module_file), name)
+        if key not in self._reexports:
+            self._reexports[key] = self._follow_reexport(key[0], name, hops)
+        return self._reexports[key]
+
+    def _follow_reexport(self, module_file: Path, name: str, hops: int) -> Optional[Path]:
+        found = None
+        seen = {self.normalize(module_file)}
+        current = self.normalize(module_file)
+        while hops > 0:
+            nxt = None
+            for ref in self.imports_of(current):
+                if name in ref.names:
+                    target, subs = self.resolve_parts(current, ref)
+                    if target is not None and name not in subs:
+                        nxt = target
+                        break
+            if nxt is None or nxt in seen:
+                break
+            seen.add(nxt)
+            found, current, hops = nxt, nxt, hops - 1
+        return found
+
+    def reexports(self, path: Path) -> Dict[str, Path]:
+        """For each name `path` takes from a package that only re-exports it (from its
+        `__init__.py`: where re-exports live), the file that defines it, keyed `module as
+        spelled:name`."""
+        path = self.normalize(path)
+        known = self._reexports_of.get(path)
+        if known is not None:
+            return known
+        out: Dict[str, Path] = {}
+        self._reexports_of[path] = out
+        for ref in self.imports_of(path):
+            if not ref.names:
+                continue
+            module_file, subs = self.resolve_parts(path, ref)
+            if module_file is None or module_file.name != "__init__.py":
+                continue
+            spelled = "." * ref.level + ref.module
+            for name in ref.names:
+                if name not in subs:
+                    target = self.reexport_of(module_file, name)
+                    if target is not None and target != self.normalize(path):
+                        out[f"{spelled}:{name}"] = target
+        return out
+
+    def module_refs(self, path: Path, cache_dir: Optional[str] = None) -> Dict[str, Any]:
+        """What the lint of `path` receives of the project files it imports when summaries
+        are computed on demand (the default): a `ModuleRef` per module as spelled (and per
+        re-exported name, keyed `module:name`), naming the file by its path under the
+        project root."""
+        from .analysis.summaries import ModuleRef
+
+        out: Dict[str, Any] = {}
+        modules = self.imported_modules(path)
+        for spelled, file in list(modules.items()) + list(self.reexports(path).items()):
+            content = self.content_hash(file)
+            if content is None:
+                continue
+            out[spelled] = ModuleRef(str(file), content, self.display_of(file), cache_dir)
+        return out
+
+    def display_of(self, file: Path) -> str:
+        """How evidence names a project file: its path under the project root."""
+        found = self._displays.get(file)
+        if found is None:
+            root = self.root_of(file)
+            display = os.path.relpath(file, root) if root is not None else file.name
+            found = self._displays[file] = display.replace(os.sep, "/")
+        return found
 
     def dependency_fingerprint(self, path: Path) -> str:
         """What a file's cached result depends on outside the file: its direct own-module
         imports, by their summaries when a provider is plugged in (an edit that leaves a
-        summary alone invalidates nothing), else by their content."""
+        summary alone invalidates nothing), else by their content; and the files that define
+        the names it takes from a package that re-exports them."""
         digest = hashlib.sha256()
-        for dep in self.dependencies(path):
+        deps = sorted(set(self.dependencies(path)) | set(self.reexports(path).values()))
+        for dep in deps:
             digest.update(str(dep).encode("utf-8", "surrogateescape") + b"\0")
             if self.summarize is not None:
                 part = summary_hash(self.summary_of(dep))
@@ -389,7 +479,8 @@ class ProjectIndex:
         wanted = {self.normalize(p) for p in paths}
         out: Dict[Path, List[Path]] = {p: [] for p in wanted}
         for p in sorted(wanted):
-            for dep in self.dependencies(p):
+            deps = set(self.dependencies(p)) | set(self.reexports(p).values())
+            for dep in sorted(deps):
                 if dep in out:
                     out[dep].append(p)
         return out

@@ -43,23 +43,19 @@ def run(
     files = discover(list(paths) or ["."], settings)
     mode = Mode(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, precision=settings.precision,
                 max_file_size=settings.max_file_size, file_timeout=settings.file_timeout)
-    index = ProjectIndex(summarize, summary_cache=cache) if (cache or summarize) else None
+    # The project index is always on: a file's lint sees what it imports from the project.
+    index = ProjectIndex(summarize, summary_cache=cache)
+    cache_dir = str(cache.directory) if cache is not None else None
     tasks = []
     for i, path in enumerate(files):
         task = FileTask(i, str(path), relative_display(path), tuple(settings.rules_for(path, rules)))
-        if index is not None:
-            try:
-                data = path.read_bytes()
-            except OSError:
-                pass  # reported when the file is linted
-            else:
-                task.size = len(data)
-                index.note_content(path, data)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            pass  # reported when the file is linted
         else:
-            try:
-                task.size = path.stat().st_size
-            except OSError:
-                pass
+            task.size = len(data)
+            index.note_content(path, data)
         tasks.append(task)
 
     outcomes: Dict[int, FileOutcome] = {}
@@ -68,9 +64,12 @@ def run(
     todo = []
     for task in tasks:
         path = Path(task.path)
-        if index is not None and summarize is not None:
+        if summarize is not None:
             task.imported = index.imported_summaries(path)
-        content = index.content_hash(path) if index is not None else None
+        else:
+            # Summaries computed on demand, by name, where the lint needs them.
+            task.imported = index.module_refs(path, cache_dir)
+        content = index.content_hash(path)
         if cache is None or content is None:
             todo.append(task)
             continue
@@ -243,10 +242,13 @@ def run_stdin(
         new_text = fix_notebook_text(display, text, rules, settings.precision, out,
                                      fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, timeout=settings.file_timeout)
         return out, new_text
+    imported = _stdin_imports(stdin_filename, text)
     if not (fix or diff):
-        _collect(out, display, lint_source(display, text, rules, settings.precision, settings.file_timeout))
+        _collect(out, display, lint_source(display, text, rules, settings.precision, settings.file_timeout,
+                                           imported=imported))
         return out, text
-    outcome = fix_source(display, text, rules, unsafe_fixes, settings.precision, settings.file_timeout)
+    outcome = fix_source(display, text, rules, unsafe_fixes, settings.precision, settings.file_timeout,
+                         imported=imported)
     for d, reason in outcome.dropped:
         out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")
     if outcome.source != text:
@@ -256,3 +258,14 @@ def run_stdin(
             out.diffs.append(unified_diff(display, text, outcome.source))
     _collect(out, display, outcome.remaining)
     return out, outcome.source
+
+
+def _stdin_imports(stdin_filename: Optional[str], text: str) -> Dict:
+    """The project files a source read from stdin imports, found from the path it is linted
+    as (none without `--stdin-filename`)."""
+    if stdin_filename is None:
+        return {}
+    index = ProjectIndex()
+    path = Path(stdin_filename)
+    index.note_content(path, text.encode("utf-8", "surrogateescape"))
+    return index.module_refs(path)

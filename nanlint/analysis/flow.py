@@ -24,7 +24,7 @@ import libcst as cst
 
 from ..context import dotted_name, strip_parens as _strip
 from ..ops import match_op, number_value, split_args
-from . import transfer
+from . import imports, transfer
 from .values import INF, TOP, Evidence, Value, interval, join, point, widen
 
 Rel = Tuple[str, str, str]
@@ -892,6 +892,11 @@ class FileAnalysis:
         positional, keywords = split if split is not None else ([], {})
         full = ctx.qualname(func)
         line = self.token(node)
+        if ctx.imported:
+            # A name the file imports from its own project (analysis/imports.py).
+            found = imports.call_value(self, node, env, line)
+            if found is not None:
+                return found
         if full is not None:
             return self._eval_torch(full, node, positional, keywords, env, depth, line)
         if isinstance(func, cst.Name):

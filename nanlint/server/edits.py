@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import ConfigError, Settings, load_settings, select_rules
 from ..diagnostics import Diagnostic, Edit, Position
@@ -26,6 +26,8 @@ class Linted:
     config_error: Optional[str] = None
     rules: Tuple = ()
     precision: Optional[str] = None
+    # The project files the document imports (what its lint knows of them).
+    imported: Optional[Dict[str, Any]] = None
 
 
 def settings_for(path: Path) -> Tuple[Settings, Optional[str]]:
@@ -39,13 +41,29 @@ def settings_for(path: Path) -> Tuple[Settings, Optional[str]]:
 def lint_document(path: Path, text: str) -> Linted:
     settings, error = settings_for(path)
     rules = tuple(settings.rules_for(path, select_rules(settings)))
-    result = lint_source(path.name, text, rules, settings.precision)
-    return Linted(result.diagnostics, error, rules, settings.precision)
+    imported = imported_modules(path, text)
+    result = lint_source(path.name, text, rules, settings.precision, imported=imported)
+    return Linted(result.diagnostics, error, rules, settings.precision, imported)
+
+
+def imported_modules(path: Path, text: str) -> Dict[str, Any]:
+    """The project files the document's text imports, as `nanlint check` hands them to a
+    file's lint (their summaries are computed on demand and kept for the server's life,
+    by content: an edited model file is summarized again)."""
+    from ..project import ProjectIndex
+
+    index = ProjectIndex()
+    try:
+        index.note_content(path, text.encode("utf-8", "surrogateescape"))
+        return index.module_refs(path)
+    except (OSError, ValueError):
+        return {}
 
 
 def fix_all_safe(path: Path, text: str, linted: Linted) -> Optional[str]:
     """The document with every safe fix applied (None when nothing changes)."""
-    outcome = fix_source(path.name, text, linted.rules, unsafe=False, precision=linted.precision)
+    outcome = fix_source(path.name, text, linted.rules, unsafe=False, precision=linted.precision,
+                         imported=linted.imported)
     return outcome.source if outcome.source != text else None
 
 

@@ -1,0 +1,398 @@
+"""Summaries of another file's functions and classes as plain JSON data, and where a
+dependent gets them from.
+
+A project file that imports `Actor` from `nets.py` needs only a few facts about it: what
+`Actor.forward` (and its other methods) return, its bases, the modules it holds in `self.x`,
+whether a function is run under autocast there. Those facts are `Value`s with their evidence;
+here they become JSON (the cache stores them) and back, with each piece of evidence naming
+the other file ("softmax at pkg/nets.py:14").
+
+Summaries are computed per name and on demand (`SummaryStore`): a dependent's analysis asks
+for `Actor` only when a rule's question reaches a call of it. Summarizing every function of
+every imported file up front costs about as much again as parsing them all (measured on
+kornia and torchmetrics), most of it for names no rule ever asks about. A summary is built
+from the imported file alone (what that file imports is not followed), so it depends on that
+file's bytes only: a dependent's cache key holds the bytes of the files it imports, and an
+import cycle needs no cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, fields, replace
+from typing import Any, Dict, Optional, Tuple
+
+from .values import TOP, Evidence, Value
+
+# Bumped when the data layout or what it means changes (part of the cache's provider key).
+FORMAT = 1
+PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
+
+# Larger imported files are not summarized (the default `max-file-size`: a file that large is
+# generated code, skipped when linted, and would cost each dependent a parse of it).
+MAX_SUMMARIZED_BYTES = 1024 * 1024
+# How deep a module held in an attribute is followed into its own class's `forward`.
+_NESTING = 2
+# A file that never says this has no autocast region to call a function in.
+_MAY_AUTOCAST = re.compile(r"autocast")
+
+_DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out")}
+
+
+# ---------------------------------------------------------------------- values <-> data
+
+
+def _number_to_data(x: float) -> Any:
+    return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")
+
+
+def _number_from_data(x: Any) -> float:
+    if x == "inf":
+        return math.inf
+    if x == "-inf":
+        return -math.inf
+    return float(x)
+
+
+def value_to_data(v: Value) -> Dict[str, Any]:
+    """The facts of a Value whose evidence lines are real line numbers of one file: only the
+    fields that differ from an unknown value."""
+    out: Dict[str, Any] = {}
+    for name, default in _DEFAULTS.items():
+        got = getattr(v, name)
+        if got != default:
+            out[name] = _number_to_data(got) if name in ("lo", "hi") else got
+    if v.module_out is not None:
+        out["module_out"] = value_to_data(v.module_out)
+    if v.evidence:
+        out["evidence"] = [[e.line, e.reason] for e in v.evidence]
+    return out
+
+
+def value_from_data(data: Dict[str, Any], display: str) -> Value:
+    """A Value from its data; its evidence cites `display` (the file it came from)."""
+    kw: Dict[str, Any] = {}
+    for name, default in _DEFAULTS.items():
+        if name not in data:
+            continue
+        got = data[name]
+        if name in ("lo", "hi"):
+            got = _number_from_data(got)
+        elif isinstance(default, bool):
+            got = bool(got)
+        kw[name] = got
+    if "module_out" in data:
+        kw["module_out"] = value_from_data(data["module_out"], display)
+    evidence = []
+    for line, reason in data.get("evidence", ()):
+        evidence.append(Evidence(0, f"{reason} at {display}:{line}" if line else f"{reason} ({display})"))
+    # Another file's class is not one of this file's: it is reached through `module_out`.
+    kw.pop("instance_of", None)
+    return Value(evidence=tuple(evidence), **kw)
+
+
+# ---------------------------------------------------------------------- computing them
+
+
+def _resolved(fa, v: Value, depth: int = _NESTING) -> Value:
+    """`v` with evidence lines resolved and instances of the file's own classes replaced by
+    what calling them returns (their `forward`): another file cannot look the class up."""
+    ev = tuple(Evidence(fa.line(e.line), e.reason) for e in v.evidence)
+    out = v.module_out
+    if v.instance_of is not None and v.instance_of in fa.classes and out is None and depth > 0:
+        forward = fa.method(v.instance_of, "forward")
+        if forward is not None:
+            out = fa.function_return(forward)
+            if replace(out, evidence=()) == TOP:
+                out = Value(learned=True, evidence=(Evidence(0, f"output of `{v.instance_of}`"),))
+    if out is not None:
+        out = _resolved(fa, out, depth - 1) if depth > 0 else None
+    return replace(v, evidence=ev, module_out=out, instance_of=None)
+
+
+def half_precision_callees(fa) -> Dict[str, str]:
+    """Why each function of the file runs in half precision where the file shows so (it is
+    called under autocast there): a whole-file question, asked once per file."""
+    if not _MAY_AUTOCAST.search(fa.ctx.source):
+        return {}
+    fa.ensure_all()
+    return {name: f"{ev.reason} at line {fa.line(ev.line)}" for name, ev in fa.autocast_callees.items()}
+
+
+def _half_of(fa, name: str) -> Optional[str]:
+    halves = getattr(fa, "_summary_halves", None)
+    if halves is None:
+        halves = fa._summary_halves = half_precision_callees(fa)
+    return halves.get(name)
+
+
+def function_data(fa, fn, qualified: str) -> Dict[str, Any]:
+    """A function's (or method's) summary: what it returns, and why it runs in half
+    precision where its own file shows so."""
+    data: Dict[str, Any] = {"kind": "function", "returns": value_to_data(_resolved(fa, fa.function_return(fn)))}
+    half = _half_of(fa, qualified)
+    if half:
+        data["half"] = half
+    return data
+
+
+def class_data(fa, cls: str) -> Dict[str, Any]:
+    """A class's summary: its bases as written, its methods (inherited ones from classes of
+    the same file included) and what its instances hold in `self.x`."""
+    from ..context import dotted_name
+
+    node = fa.classes[cls]
+    methods: Dict[str, Any] = {}
+    seen, current, depth = set(), cls, 4
+    while current is not None and current not in seen and depth > 0:
+        seen.add(current)
+        for name, fn in fa.methods.get(current, {}).items():
+            if name not in methods and not name.startswith("__"):
+                methods[name] = function_data(fa, fn, f"{current}.{name}")
+        base = None
+        for b in fa.classes[current].bases:
+            spelled = dotted_name(b.value)
+            if spelled in fa.classes:
+                base = spelled
+                break
+        current, depth = base, depth - 1
+    attributes = {}
+    for name, v in sorted(fa.class_attrs(cls).items()):
+        resolved = _resolved(fa, v)
+        if replace(resolved, evidence=()) != TOP:
+            attributes[name] = value_to_data(resolved)
+    return {
+        "kind": "class",
+        "bases": [dotted_name(b.value) or "?" for b in node.bases],
+        "methods": methods,
+        "attributes": attributes,
+    }
+
+
+def name_data(fa, name: str) -> Optional[Dict[str, Any]]:
+    """The summary of one top-level function or class of the file (None: not defined there)."""
+    if name in fa.functions:
+        return function_data(fa, fa.functions[name], name)
+    if name in fa.classes:
+        return class_data(fa, name)
+    return None
+
+
+def module_data(fa, display: str, names=None) -> Dict[str, Any]:
+    """A module's summary as JSON data: every top-level function and class, or only `names`."""
+    wanted = sorted(set(fa.functions) | set(fa.classes)) if names is None else sorted(names)
+    return {"format": FORMAT, "path": display, "names": {n: name_data(fa, n) for n in wanted}}
+
+
+def module_summary_to_data(summary) -> Dict[str, Any]:
+    """An `analysis.ModuleSummary` (whole module, evidence lines resolved) as JSON data in the
+    layout `module_data` writes."""
+    def function(f) -> Dict[str, Any]:
+        data: Dict[str, Any] = {"kind": "function", "returns": value_to_data(f.returns)}
+        if f.half:
+            data["half"] = f.half
+        return data
+
+    names: Dict[str, Any] = {name: function(f) for name, f in summary.functions.items()}
+    for name, c in summary.classes.items():
+        names[name] = {
+            "kind": "class",
+            "bases": list(c.bases),
+            "methods": {m: function(f) for m, f in c.methods.items()},
+            "attributes": {a: value_to_data(v) for a, v in c.attributes.items()},
+        }
+    return {"format": FORMAT, "path": summary.path, "names": names, "trainable": list(summary.trainable)}
+
+
+def module_summary_from_data(data: Dict[str, Any]):
+    """The `analysis.ModuleSummary` of JSON data (its evidence cites the file by `path`)."""
+    from . import ClassSummary, FunctionSummary, ModuleSummary
+
+    display = str(data.get("path", ""))
+
+    def function(name: str, raw: Dict[str, Any]):
+        return FunctionSummary(name, value_from_data(raw.get("returns") or {}, display), raw.get("half"))
+
+    functions, classes = {}, {}
+    for name, raw in (data.get("names") or {}).items():
+        if not isinstance(raw, dict):
+            continue
+        if raw.get("kind") == "class":
+            classes[name] = ClassSummary(
+                name, tuple(raw.get("bases") or ()),
+                {m: function(m, f) for m, f in (raw.get("methods") or {}).items()},
+                {a: value_from_data(v, display) for a, v in (raw.get("attributes") or {}).items()},
+            )
+        else:
+            functions[name] = function(name, raw)
+    return ModuleSummary(display, functions, classes, tuple(data.get("trainable") or ()))
+
+
+def _analysis_of(path: str, text: str, module=None):
+    import libcst as cst
+
+    from ..context import FileContext
+    from ..precision import Precision
+    from .flow import FileAnalysis
+
+    ctx = FileContext(path, text, module if module is not None else cst.parse_module(text))
+    ctx.precision = Precision(ctx)
+    return FileAnalysis(ctx)
+
+
+def summarize_file(path, text: str, display: Optional[str] = None) -> Dict[str, Any]:
+    """The whole module's summary as JSON data (a `ProjectIndex` provider)."""
+    return module_data(_analysis_of(str(path), text), display or os.path.basename(str(path)))
+
+
+summarize_file.version = FORMAT  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------- where dependents get them
+
+
+def _defines(text: str, name: str) -> bool:
+    """The text has a top-level `def name` or `class name` (what a summary can describe)."""
+    return re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(name)}\b|^class[ \t]+{re.escape(name)}\b",
+                     text, re.M) is not None
+
+
+@dataclass(frozen=True)
+class ModuleRef:
+    """An imported project file as a dependent's lint receives it (picklable, for workers):
+    its path, the sha256 of the bytes the run's cache key holds, how evidence names it, and
+    the cache directory where summaries are kept between runs (None: no cache)."""
+
+    path: str
+    content: str
+    display: str
+    cache: Optional[str] = None
+
+
+class SummaryStore:
+    """Per-name summaries of imported files, computed once per process (memoized by file
+    content and name), kept in the cache between runs. A name's summary is computed on a
+    fresh analysis of its file, so it does not depend on which names were asked before (the
+    same in every worker); the parsed module is kept for a few files only."""
+
+    KEEP_PARSED = 4
+
+    def __init__(self):
+        self._memo: Dict[Tuple[str, str, str], Optional[Dict[str, Any]]] = {}
+        self._parsed: "OrderedDict[Tuple[str, str], Any]" = OrderedDict()
+        self._stored: Dict[Tuple[str, str], Dict[str, Any]] = {}
+        self._caches: Dict[str, Any] = {}
+        self._halves: Dict[Tuple[str, str], Dict[str, str]] = {}
+        self.computed = 0  # names summarized by this process (for tests and benchmarks)
+
+    def get(self, ref: ModuleRef, name: str) -> Optional[Dict[str, Any]]:
+        key = (ref.path, ref.content, name)
+        if key in self._memo:
+            return self._memo[key]
+        self._memo[key] = None  # a failure below stays a miss
+        names = self._cached_names(ref)
+        if names is not None and name in names:
+            self._memo[key] = names[name]
+            return names[name]
+        entry = self._source(ref)
+        if entry is None:
+            return None
+        if not _defines(entry["text"], name):
+            # Not a top-level def or class there (an import, a constant): nothing to parse.
+            if names is not None:
+                names[name] = None
+                self._store(ref, names)
+            return None
+        try:
+            if entry["module"] is None:
+                import libcst as cst
+
+                entry["module"] = cst.parse_module(entry["text"])
+        except Exception:  # unparsable: the dependent knows nothing of it
+            entry["text"] = ""
+            return None
+        text, module = entry["text"], entry["module"]
+        try:
+            halves = self._halves.get((ref.path, ref.content))
+            if halves is None:
+                halves = self._halves[(ref.path, ref.content)] = half_precision_callees(
+                    _analysis_of(ref.path, text, module))
+            fa = _analysis_of(ref.path, text, module)
+            fa._summary_halves = halves
+            found = name_data(fa, name)
+        except Exception:  # a bad dependency must not stop the dependent's lint
+            return None
+        self.computed += 1
+        self._memo[key] = found
+        if names is not None:
+            names[name] = found
+            self._store(ref, names)
+        return found
+
+    def _source(self, ref: ModuleRef) -> Optional[Dict[str, Any]]:
+        """The file's text (and its syntax tree once parsed), for the last few files."""
+        key = (ref.path, ref.content)
+        if key in self._parsed:
+            self._parsed.move_to_end(key)
+            return self._parsed[key]
+        from pathlib import Path
+
+        from ..files import read_source
+
+        entry: Optional[Dict[str, Any]] = None
+        try:
+            source = read_source(Path(ref.path))
+            if hashlib.sha256(source.data).hexdigest() != ref.content:
+                pass  # changed since the run read it: what it held then is unknown
+            elif len(source.data) > MAX_SUMMARIZED_BYTES:
+                pass  # a generated file: parsing it would cost the dependent's time budget
+            else:
+                entry = {"text": source.text, "module": None}
+        except Exception:  # unreadable: the dependent knows nothing of it
+            entry = None
+        self._parsed[key] = entry
+        while len(self._parsed) > self.KEEP_PARSED:
+            self._parsed.popitem(last=False)
+        return entry
+
+    def _cache(self, ref: ModuleRef):
+        if ref.cache is None:
+            return None
+        found = self._caches.get(ref.cache)
+        if found is None:
+            from ..cache import Cache
+
+            found = self._caches[ref.cache] = Cache(ref.cache)
+        return found
+
+    def _cached_names(self, ref: ModuleRef) -> Optional[Dict[str, Any]]:
+        """The names of this file summarized so far (by any run), or None without a cache."""
+        cache = self._cache(ref)
+        if cache is None:
+            return None
+        key = (ref.path, ref.content)
+        if key not in self._stored:
+            found, data = cache.load_summary(ref.path, ref.content, PROVIDER)
+            names = data.get("names") if found and isinstance(data, dict) else None
+            self._stored[key] = dict(names) if isinstance(names, dict) else {}
+        return self._stored[key]
+
+    def _store(self, ref: ModuleRef, names: Dict[str, Any]) -> None:
+        cache = self._cache(ref)
+        if cache is not None:
+            cache.store_summary(ref.path, ref.content, PROVIDER, {"format": FORMAT, "names": names})
+
+
+# One per process: workers of a pool each keep their own.
+STORE = SummaryStore()
+
+
+__all__ = [
+    "FORMAT", "ModuleRef", "SummaryStore", "STORE", "value_to_data", "value_from_data",
+    "function_data", "class_data", "name_data", "module_data", "summarize_file",
+    "module_summary_to_data", "module_summary_from_data",
+]

@@ -1,0 +1,334 @@
+"""A hazard whose evidence is in another file of the project: the model in `nets.py`, the
+loss in `train.py` (fixtures/projects/crossfile, written for these tests). The CLI flags it
+with evidence from the other file, the cache re-lints a file and its importers only when the
+model file is edited, and the result is the same with a pool of workers."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import shutil
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+import pytest
+
+import nanlint.jobs
+import nanlint.runner
+from fixture_support import expected
+from nanlint.analysis import summaries
+from nanlint.analysis.values import INF, Evidence, Value
+from nanlint.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ROOT / "fixtures" / "projects" / "crossfile"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    target = tmp_path / "crossfile"
+    shutil.copytree(PROJECT, target)
+    return target
+
+
+@pytest.fixture
+def check(monkeypatch, capsys, tmp_path):
+    """`nanlint check --output-format json` in the project with a cache in tmp_path: the
+    findings as (file, row, code, message) and the files actually linted (not from cache)."""
+    linted: List[str] = []
+    real = nanlint.runner.run_tasks
+
+    def recording(tasks, mode, jobs):
+        linted.extend(Path(t.display).as_posix() for t in tasks)
+        return real(tasks, mode, jobs)
+
+    monkeypatch.setattr(nanlint.runner, "run_tasks", recording)
+
+    def go(cwd: Path, *args: str) -> Tuple[List[Tuple[str, int, str, str]], Set[str]]:
+        monkeypatch.chdir(cwd)
+        linted.clear()
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            main(["check", "--output-format", "json", "--cache-dir", str(tmp_path / "cache"), *args])
+        out = capsys.readouterr().out
+        found = [(Path(d["filename"]).as_posix(), d["location"]["row"], d["code"], d["message"])
+                 for d in json.loads(out)]
+        return found, set(linted)
+
+    return go
+
+
+def expectations(root: Path) -> List[Tuple[str, int, str]]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for (row, code), n in expected(path.read_text()).items():
+            out += [(path.relative_to(root).as_posix(), row, code)] * n
+    return sorted(out)
+
+
+def where(found) -> List[Tuple[str, int, str]]:
+    return sorted((f, row, code) for f, row, code, _ in found)
+
+
+def test_the_project_is_flagged_with_evidence_from_the_other_file(project, check):
+    found, linted = check(project, ".")
+    assert where(found) == expectations(project)
+    messages = {(f, row): message for f, row, _, message in found}
+    # The softmax is at nets.py:14; the loss that takes its log is in train.py.
+    assert "softmax at pkg/nets.py:14" in messages[("pkg/train.py", 11)]
+    assert "sigmoid at pkg/nets.py:30" in messages[("pkg/train.py", 18)]
+    assert "softmax at pkg/cycle_b.py:7" in messages[("pkg/cycle_a.py", 13)]
+    assert "returned by `nets.Heads.gate`" in messages[("pkg/train.py", 50)]
+    # Same names, no import: nothing from nets.py applies to unrelated.py; nor where a local
+    # binding hides an imported name (shadowed.py).
+    assert not [f for f in found if f[0] in ("pkg/unrelated.py", "pkg/shadowed.py")]
+    assert "sigmoid output: `self.gate` output at pkg/models/policy.py:12" in messages[("pkg/evaluate.py", 9)]
+    assert linted == {"pkg/" + name for name in (
+        "__init__.py", "nets.py", "train.py", "unrelated.py", "cycle_a.py", "cycle_b.py", "evaluate.py",
+        "models/__init__.py", "models/policy.py", "shadowed.py")}
+
+
+def test_editing_the_model_file_relints_it_and_its_importers_only(project, check):
+    first, _ = check(project, ".")
+    again, linted = check(project, ".")
+    assert again == first and linted == set()
+
+    nets = project / "pkg" / "nets.py"
+    original = nets.read_text()
+    nets.write_text(original.replace("return torch.softmax(logits, dim=-1)", "return torch.log_softmax(logits, dim=-1)"))
+    after, linted = check(project, ".")
+    # nets.py and its importers; not unrelated.py, not the cycle.
+    assert linted == {"pkg/nets.py", "pkg/train.py", "pkg/shadowed.py"}
+    gone = {(f, row) for f, row, _, _ in first} - {(f, row) for f, row, _, _ in after}
+    assert gone == {("pkg/train.py", 11), ("pkg/train.py", 23), ("pkg/train.py", 41), ("pkg/train.py", 46)}
+    assert ("pkg/train.py", 18, "NAN201") in where(after)
+
+    nets.write_text(original)
+    back, linted = check(project, ".")
+    assert back == first and linted == {"pkg/nets.py", "pkg/train.py", "pkg/shadowed.py"}
+
+    # An edit of the unrelated file re-lints that file alone.
+    unrelated = project / "pkg" / "unrelated.py"
+    unrelated.write_text(unrelated.read_text() + "\n# edited\n")
+    again, linted = check(project, ".")
+    assert again == first and linted == {"pkg/unrelated.py"}
+
+    # The re-exported policy: its file, the package that re-exports it, and evaluate.py,
+    # which takes it from the package.
+    policy = project / "pkg" / "models" / "policy.py"
+    policy.write_text(policy.read_text().replace("self.gate = nn.Sigmoid()", "self.gate = nn.Identity()"))
+    after, linted = check(project, ".")
+    assert linted == {"pkg/models/policy.py", "pkg/models/__init__.py", "pkg/evaluate.py"}
+    assert ("pkg/evaluate.py", 9, "NAN201") not in where(after)
+
+
+def test_two_jobs_report_what_one_job_reports(project, check, monkeypatch):
+    started = []
+    real = concurrent.futures.ProcessPoolExecutor
+
+    class Counting(real):
+        def __init__(self, *args, **kwargs):
+            started.append(kwargs.get("max_workers"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counting)
+    monkeypatch.setattr(nanlint.jobs, "POOL_MIN_BYTES", 0)
+    one, _ = check(project, "--no-cache", "--jobs", "1", ".")
+    assert started == []
+    two, _ = check(project, "--no-cache", "--jobs", "2", ".")
+    assert started == [2]
+    assert two == one and where(two) == expectations(project)
+
+
+def test_diff_and_fix_see_the_imported_model(project, check, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["check", "--no-cache", "--diff", "--unsafe-fixes", "pkg"])
+    diff = capsys.readouterr().out
+    assert "+    logp = torch.log(probs.clamp(min=torch.finfo(probs.dtype).tiny))  # expect: NAN201" in diff
+    with pytest.raises(SystemExit):
+        main(["check", "--no-cache", "--fix", "--unsafe-fixes", "pkg"])
+    assert "torch.log(probs.clamp(" in (project / "pkg" / "train.py").read_text()
+    found, _ = check(project, ".")
+    assert ("pkg/train.py", 11) not in {(f, row) for f, row, _, _ in found}
+
+
+# --- summaries as data -----------------------------------------------------------------------
+
+
+def test_a_value_round_trips_through_json_and_cites_its_file():
+    inner = Value(lo=0.0, hi=1.0, zero="a softmax output", prob="softmax", simplex_dim="-1",
+                  evidence=(Evidence(14, "softmax"),))
+    v = Value(lo=-INF, hi=INF, learned=True, module_out=inner, dtype="float16",
+              evidence=(Evidence(9, "`Linear` output"),))
+    data = json.loads(json.dumps(summaries.value_to_data(v), allow_nan=False))
+    back = summaries.value_from_data(data, "pkg/nets.py")
+    assert back.module_out.prob == "softmax" and back.module_out.simplex_dim == "-1"
+    assert (back.module_out.lo, back.module_out.hi, back.module_out.zero) == (0.0, 1.0, "a softmax output")
+    assert (back.lo, back.hi, back.learned, back.dtype) == (-INF, INF, True, "float16")
+    assert [str(e) for e in back.module_out.evidence] == ["softmax at pkg/nets.py:14"]
+    assert summaries.value_to_data(Value()) == {}
+
+
+def test_a_module_summary_is_small_plain_data():
+    text = (PROJECT / "pkg" / "nets.py").read_text()
+    data = summaries.summarize_file("nets.py", text, "pkg/nets.py")
+    assert json.loads(json.dumps(data, allow_nan=False)) == data
+    assert data["format"] == summaries.FORMAT and data["path"] == "pkg/nets.py"
+    actor = data["names"]["Actor"]
+    assert actor["kind"] == "class" and actor["bases"] == ["nn.Module"]
+    assert actor["methods"]["forward"]["returns"]["prob"] == "softmax"
+    assert actor["methods"]["logits"]["returns"].get("prob") is None
+    assert "body" in actor["attributes"]
+    assert data["names"]["probs_of"]["returns"]["prob"] == "sigmoid"
+    assert data["names"]["stable_log_probs"]["returns"].get("zero") is None
+
+
+def test_a_summary_is_computed_once_and_then_read_from_the_cache(tmp_path):
+    nets = tmp_path / "nets.py"
+    nets.write_text((PROJECT / "pkg" / "nets.py").read_text())
+    import hashlib
+
+    ref = summaries.ModuleRef(str(nets), hashlib.sha256(nets.read_bytes()).hexdigest(), "nets.py", str(tmp_path / "c"))
+    store = summaries.SummaryStore()
+    first = store.get(ref, "Actor")
+    assert store.get(ref, "Actor") == first and store.computed == 1
+    fresh = summaries.SummaryStore()
+    assert fresh.get(ref, "Actor") == first and fresh.computed == 0  # from the cache
+    assert fresh.get(ref, "probs_of")["returns"]["prob"] == "sigmoid" and fresh.computed == 1
+    # A file changed since the run hashed it: nothing is known of it.
+    nets.write_text("def probs_of(x):\n    return x\n")
+    assert summaries.SummaryStore().get(ref, "Critic") is None
+
+
+def test_an_import_cycle_terminates(tmp_path, check):
+    files: Dict[str, str] = {
+        "pyproject.toml": "",
+        "a.py": "import torch\nfrom b import g\n\n\ndef f(x):\n    return torch.log(g(x))\n",
+        "b.py": "import torch\nfrom a import f\n\n\ndef g(x):\n    return torch.sigmoid(f(x))\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found, linted = check(tmp_path, ".")
+    assert [(f, row) for f, row, _, _ in found] == [("a.py", 6)] and linted == {"a.py", "b.py"}
+
+
+def test_the_index_follows_a_reexport_to_the_defining_file(project):
+    from nanlint.project import ProjectIndex
+
+    index = ProjectIndex()
+    evaluate = project / "pkg" / "evaluate.py"
+    origin = index.reexports(evaluate)
+    assert origin == {".models:GatedPolicy": (project / "pkg" / "models" / "policy.py").resolve()}
+    refs = index.module_refs(evaluate)
+    assert refs[".models:GatedPolicy"].display == "pkg/models/policy.py"
+    assert refs[".models"].display == "pkg/models/__init__.py"
+
+
+def test_the_language_server_sees_the_imported_model(project):
+    from nanlint.server.edits import lint_document
+
+    train = project / "pkg" / "train.py"
+    text = train.read_text()
+    linted = lint_document(train, text)
+    rows = sorted(d.start.row for d in linted.diagnostics if d.code == "NAN201")
+    assert rows == [row for f, row, code in expectations(project) if f == "pkg/train.py"]
+    assert any("softmax at pkg/nets.py:14" in d.message for d in linted.diagnostics)
+    # The unsaved buffer counts: without the import, nothing is known of nets.py.
+    alone = lint_document(train, text.replace("from .nets import Actor, Critic, probs_of, stable_log_probs\n",
+                                              "from .other import Actor, Critic, probs_of, stable_log_probs\n"))
+    assert sorted(d.start.row for d in alone.diagnostics if d.code == "NAN201") == [23, 50]  # `nets.`
+
+
+def test_verify_confirms_with_the_domain_proven_in_the_other_file(project, monkeypatch, capsys):
+    monkeypatch.chdir(project)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["verify", "pkg/train.py"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    # The log's argument is a softmax of nets.py: the verifier draws points of the simplex.
+    assert lines[0].startswith("pkg/train.py:11:12: NAN201 confirmed: -inf output") and "p=[" in lines[0]
+    assert ": 6 confirmed," in lines[-1]
+
+
+def test_stdin_named_as_a_project_file_sees_what_it_imports(project):
+    import subprocess
+    import sys
+
+    text = (project / "pkg" / "train.py").read_text()
+
+    def lint(*args):
+        done = subprocess.run([sys.executable, "-m", "nanlint", "check", "--no-cache", *args],
+                              input=text, capture_output=True, text=True, cwd=project)
+        return [line for line in done.stdout.splitlines() if " NAN201 " in line]
+
+    named = lint("--stdin-filename", "pkg/train.py", "-")
+    assert [line.split(" ")[0] for line in named] == [
+        f"pkg/train.py:{row}:{col}:" for row, col in (
+            ("11", "12"), ("18", "24"), ("23", "13"), ("41", "16"), ("46", "12"), ("50", "12"))]
+    assert "softmax at pkg/nets.py:14" in named[0]
+    assert lint("-") == []  # no name: its relative imports lead nowhere
+
+
+def test_an_imported_file_that_is_too_big_or_broken_tells_nothing(tmp_path, monkeypatch):
+    import hashlib
+
+    big = tmp_path / "big.py"
+    big.write_text("import torch\n\n\ndef probs_of(x):\n    return torch.sigmoid(x)\n" + "# padding\n" * 20)
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\n\ndef probs_of(x:\n    return torch.sigmoid(x)\n")
+
+    def ref(path):
+        return summaries.ModuleRef(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), path.name)
+
+    assert summaries.SummaryStore().get(ref(big), "probs_of")["returns"]["prob"] == "sigmoid"
+    monkeypatch.setattr(summaries, "MAX_SUMMARIZED_BYTES", 100)
+    assert summaries.SummaryStore().get(ref(big), "probs_of") is None
+    assert summaries.SummaryStore().get(ref(broken), "probs_of") is None
+
+
+def test_a_function_run_under_autocast_in_its_file_says_so(tmp_path):
+    import hashlib
+
+    nets = tmp_path / "nets.py"
+    nets.write_text(
+        "import torch\n\n\ndef encode(x):\n    return x * 2\n\n\ndef plain(x):\n    return x\n\n\n"
+        "def step(x):\n    with torch.autocast('cuda', dtype=torch.float16):\n        return encode(x)\n"
+    )
+    ref = summaries.ModuleRef(str(nets), hashlib.sha256(nets.read_bytes()).hexdigest(), "nets.py")
+    store = summaries.SummaryStore()
+    assert store.get(ref, "encode")["half"] == "`encode` is called under autocast at line 14"
+    assert "half" not in store.get(ref, "plain")
+    assert summaries.summarize_file(nets, nets.read_text())["names"]["encode"]["half"].startswith("`encode`")
+
+
+def test_eager_whole_module_summaries_give_the_same_findings(project, monkeypatch):
+    """The index's pluggable provider with whole-module summaries (`summarize_file`): the
+    cache key then holds the imported summaries instead of the imported bytes."""
+    from nanlint.config import Settings
+    from nanlint.runner import run
+
+    monkeypatch.chdir(project)
+    lazy = run(["."], Settings(root=project), jobs=1)
+    eager = run(["."], Settings(root=project), jobs=1, summarize=summaries.summarize_file)
+    assert [(d.path, d.start.row, d.code) for d in eager.diagnostics] == \
+        [(d.path, d.start.row, d.code) for d in lazy.diagnostics]
+    assert sorted((Path(d.path).as_posix(), d.start.row, d.code) for d in lazy.diagnostics) == expectations(project)
+
+
+def test_the_analysis_summary_types_round_trip_through_json():
+    from nanlint.analysis import summarize_module
+
+    text = (PROJECT / "pkg" / "nets.py").read_text()
+    summary = summarize_module(("pkg/nets.py", text))
+    data = json.loads(json.dumps(summaries.module_summary_to_data(summary), allow_nan=False))
+    back = summaries.module_summary_from_data(data)
+    assert back.path == "pkg/nets.py" and set(back.classes) == {"Actor", "Critic", "Heads"}
+    assert set(back.functions) == {"probs_of", "stable_log_probs"}
+    forward = back.classes["Actor"].methods["forward"].returns
+    assert (forward.prob, forward.simplex_dim, forward.lo, forward.hi) == ("softmax", "-1", 0.0, 1.0)
+    assert "softmax at pkg/nets.py:14" in [str(e) for e in forward.evidence]
+    assert back.classes["Actor"].bases == ("nn.Module",)
+    assert back.classes["Actor"].attributes["body"].module_out is not None
+    assert back.functions["probs_of"].returns.prob == "sigmoid"
