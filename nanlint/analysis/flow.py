@@ -12,6 +12,12 @@ value of an expression as it is there.
 Calls inside the file are followed through summaries: a function's or method's return value
 (`self.probs(x)`, `helper(x)`), `Cls(...)(x)` and `self.attr(x)` to `forward`, modules held in
 attributes (`self.act = nn.Softmax(dim=1)`, an `nn.Sequential` ending in one).
+
+Parameters take their entry values from the file's own calls (callsites.py): `__init__` in its
+one run (nothing calls it back through a return), any other function in a second, "seeded"
+run made only when a rule asks about a value inside it; that run overwrites the function's
+recorded environments and leaves the return summary (parameters unknown) as it was, so a
+caller's summary never waits on its callee's callers.
 """
 
 from __future__ import annotations
@@ -130,8 +136,10 @@ class _Frame:
 
 
 class FileAnalysis:
-    def __init__(self, ctx):
+    def __init__(self, ctx, probing: bool = False):
         self.ctx = ctx
+        # Probe domains: trust every call site of the file, and defaults where none passes.
+        self.probing = probing
         module = ctx.module
         self.functions: Dict[str, cst.FunctionDef] = {}
         self.classes: Dict[str, cst.ClassDef] = {}
@@ -159,6 +167,8 @@ class FileAnalysis:
         self.half_owners: Dict[str, Evidence] = {}
         self.autocast_callees: Dict[str, Evidence] = {}
         self.trainable_names: Set[str] = set()
+        self._seeded: Set[int] = set()
+        self._callsites = None
         self._tokens: List[cst.CSTNode] = []
         self._token_of: Dict[int, int] = {}
         self._all_done = False
@@ -213,8 +223,8 @@ class FileAnalysis:
         finally:
             self._running.discard(key)
 
-    def _run_function(self, fn: cst.FunctionDef, cls: Optional[str]) -> None:
-        key = id(fn)
+    def _entry_env(self, fn: cst.FunctionDef, cls: Optional[str]) -> Env:
+        """Parameters as unknown (an `eps` positive, `self` the class's instance)."""
         env = Env()
         params = fn.params
         every = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
@@ -226,10 +236,88 @@ class FileAnalysis:
                 env.vars[name] = Value(lo=0.0, nonzero=True)
             else:
                 env.vars[name] = TOP
+        return env
+
+    @property
+    def callsites(self):
+        if self._callsites is None:
+            from .callsites import CallSites
+
+            self._callsites = CallSites(self)
+        return self._callsites
+
+    def _seed(self, fn: cst.FunctionDef, env: Env) -> bool:
+        """Parameter values from the file's calls of `fn` into `env`; False where they tell
+        nothing."""
+        entry = self.callsites.entry(fn, env.vars)
+        if entry is None:
+            return False
+        env.vars.update(entry)
+        return True
+
+    def _run_function(self, fn: cst.FunctionDef, cls: Optional[str]) -> None:
+        key = id(fn)
+        env = self._entry_env(fn, cls)
         frame = _Frame(cls)
         self.run_block(fn.body.body if isinstance(fn.body, cst.IndentedBlock) else fn.body.body, env, frame)
         self.returns[key] = frame.returns if frame.returned else TOP
         self._done.add(key)
+
+    def ensure_seeded(self, fn: cst.FunctionDef) -> None:
+        """Rerun `fn` with its parameters' values from the file's calls (once; nothing when
+        the calls tell nothing). Its recorded environments are replaced; its return summary
+        is kept."""
+        key = id(fn)
+        if key in self._seeded or key in self._running:
+            return
+        cls = self.owner.get(key)
+        if cls is not None and fn.name.value == "__init__":
+            self.class_attrs(cls)  # seeded there
+            return
+        self._seeded.add(key)
+        env = self._entry_env(fn, cls)
+        if not self._seed(fn, env):
+            return
+        self._running.add(key)
+        try:
+            self.run_block(fn.body.body if isinstance(fn.body, cst.IndentedBlock) else fn.body.body, env, _Frame(cls))
+        finally:
+            self._running.discard(key)
+
+    def env_at(self, stack, seeded: bool = True) -> Env:
+        """The environment before the innermost statement of `stack` (the node's ancestors,
+        the module first), refined by the conditional expressions (`a if c else b`) it sits
+        in; comprehension and lambda variables are unknown there."""
+        fn = None
+        for node in reversed(stack):
+            if isinstance(node, cst.FunctionDef):
+                fn = node
+                break
+        self.ensure_module()
+        if fn is not None:
+            self.ensure_function(fn)
+            if seeded:
+                self.ensure_seeded(fn)
+        env: Optional[Env] = None
+        at = -1
+        for i in range(len(stack) - 1, -1, -1):
+            env = self.env_before.get(id(stack[i]))
+            if env is not None:
+                at = i
+                break
+        if env is None:
+            return self.module_env or Env()
+        for i in range(at + 1, len(stack) - 1):
+            node = stack[i]
+            if isinstance(node, cst.IfExp):
+                branch = self.refine(node.test, env, stack[i + 1] is node.body)
+                if branch is not None:
+                    env = branch
+            elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp, cst.Lambda)):
+                env = env.copy()
+                for name in _bound_inside(node):
+                    env.vars[name] = TOP
+        return env
 
     def ensure_all(self) -> None:
         """Run every flow of the file (for facts that come from anywhere: `.half()` models,
@@ -258,7 +346,39 @@ class FileAnalysis:
                     self._run_function(fn, cls)
                 finally:
                     self._running.discard(id(fn))
+        init = methods.get("__init__")
+        if init is not None:
+            self._seed_init(cls, init, table)
         return table
+
+    def _seed_init(self, cls: str, init: cst.FunctionDef, table: Dict[str, Value]) -> None:
+        """`self.k = k` where the file builds `Head(k=...)` (or, for probes, the default
+        `k=50`): rerun `__init__` with those values once the class's attributes are complete
+        (the callers may use them), and keep what it assigns to attributes no other method
+        assigns."""
+        key = id(init)
+        if key in self._seeded or key in self._running:
+            return
+        self._seeded.add(key)
+        env = self._entry_env(init, cls)
+        if not self._seed(init, env):
+            return
+        others: Set[str] = set()
+        for name, fn in self.methods.get(cls, {}).items():
+            if fn is not init:
+                others |= _self_targets(fn)
+        self.attrs[cls] = {}
+        self._running.add(key)
+        try:
+            self.run_block(init.body.body if isinstance(init.body, cst.IndentedBlock) else init.body.body,
+                           env, _Frame(cls))
+        finally:
+            self._running.discard(key)
+            seeded = self.attrs[cls]
+            self.attrs[cls] = table
+        for attr, v in seeded.items():
+            if attr not in others:
+                table[attr] = v
 
     def function_return(self, fn: cst.FunctionDef) -> Value:
         self.ensure_function(fn)
@@ -1054,6 +1174,47 @@ class FileAnalysis:
         if isinstance(flag, cst.Name) and flag.value == "True":
             return trained(v).with_evidence(line, "`requires_grad=True`: moved by training")
         return v
+
+
+def _self_targets(fn: cst.FunctionDef) -> Set[str]:
+    """The attributes a method assigns (`self.x = ...`, `self.x += ...`, `self.x: T = ...`)."""
+    found: Set[str] = set()
+
+    class Targets(cst.CSTVisitor):
+        def _note(self, target: cst.BaseExpression) -> None:
+            for t in [target] + ([e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else []):
+                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+                    found.add(t.attr.value)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._note(node.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._note(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._note(node.target)
+
+    fn.visit(Targets())
+    return found
+
+
+def _bound_inside(node: cst.CSTNode):
+    """Names a comprehension or lambda binds (they shadow the function's)."""
+    if isinstance(node, cst.Lambda):
+        for p in node.params.params:
+            yield p.name.value
+        return
+    comp = getattr(node, "for_in", None)
+    while comp is not None:
+        stack = [comp.target]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, cst.Name):
+                yield t.value
+            elif isinstance(t, (cst.Tuple, cst.List)):
+                stack.extend(e.value for e in t.elements)
+        comp = comp.inner_for_in
 
 
 __all__ = ["FileAnalysis", "Env", "join_env"]

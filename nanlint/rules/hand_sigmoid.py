@@ -259,5 +259,5 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
             self,
             node,
             edits=edits,
-            probe=ctx.expression_probe(original, fixed),
+            probe=ctx.expression_probe(original, fixed, analysis.input_domains(ctx, node)),
         )
