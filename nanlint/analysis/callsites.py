@@ -27,8 +27,9 @@ where no caller outside the file is plausible. So a call-site join is used two w
   resolved. Elsewhere (a public function of a package module) external callers may pass
   anything, and the entry is the join of the unknown value with the calls' values: it keeps
   what raises hazards (a reason for exact 0, float16, trainable) and drops every bound.
-Probes (`FileAnalysis(ctx, probing=True)`) trust every call site, and a parameter the file
-never passes takes its default (`k=50`): that is the value the code runs with.
+Probes (`FileAnalysis(ctx, probing=True)`) trust the file's calls wherever the index sees them
+all (inputs the code produces), and a parameter the file never passes takes its default
+(`k=50`): that is the value the code runs with.
 """
 
 from __future__ import annotations
@@ -181,12 +182,18 @@ class CallSites:
         probing = fa.probing
         if not sites and not probing:
             return None
-        trusted = probing or (resolved_all and self._may_trust(fn, cls, name, via_self_only))
-        joined: Dict[str, Optional[Value]] = {p.name.value: None for p in params}
-        for site in sites:
-            values = self._bind(site, params)
-            for pname in joined:
-                joined[pname] = join(joined[pname], values.get(pname, TOP))
+        # Probes trust the file's calls where the index sees them all (a function passed as
+        # a value is called where the index cannot see with what).
+        trusted = resolved_all and (probing or self._may_trust(fn, cls, name, via_self_only))
+        bound = [self._bind(site, params) for site in sites]
+        joined: Dict[str, Optional[Value]] = {}
+        for p in params:
+            pname = p.name.value
+            # The calls that make a hazard last: their evidence is the one a message cites.
+            values = sorted((b.get(pname, TOP) for b in bound), key=lambda v: (v.zero is not None, bool(v.prob)))
+            joined[pname] = None
+            for v in values:
+                joined[pname] = join(joined[pname], v)
         if not sites:  # probing: the defaults are what the code runs with
             for p in params:
                 joined[p.name.value] = self._default(p) if p.default is not None else TOP
