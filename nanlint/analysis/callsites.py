@@ -118,6 +118,10 @@ def _is_script(fa) -> bool:
         return True
 
 
+def _enclosing_class(site: Site) -> Optional[str]:
+    return next((n.name.value for n in reversed(site.stack) if isinstance(n, cst.ClassDef)), None)
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
 
@@ -253,9 +257,20 @@ class CallSites:
         if name == "__init__":
             owners = [c for c in fa.classes if fa.method(c, "__init__") is fn]
             candidates = [s for c in owners for s in index.by_name.get(c, [])]
+            for site in index.by_attr.get("__init__", []):
+                # `super().__init__(...)` in a subclass calls this one; in the class itself
+                # (or an unrelated one) it calls another `__init__`.
+                here = _enclosing_class(site)
+                receiver = site.call.func.value  # type: ignore[attr-defined]
+                is_super = isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) \
+                    and receiver.func.value == "super"
+                if not is_super:
+                    resolved = False
+                elif here is not None and here != cls and self._inherits(here, cls):
+                    candidates.append(site)
             if len(candidates) > MAX_SITES:
                 return None
-            if any(c in index.name_refs for c in owners) or "__init__" in index.by_attr:
+            if any(c in index.name_refs for c in owners):
                 resolved = False
             return candidates, resolved, False
         candidates = index.by_attr.get(name, [])
@@ -266,7 +281,7 @@ class CallSites:
         for site in candidates:
             receiver = site.call.func.value  # type: ignore[attr-defined]
             if isinstance(receiver, cst.Name) and receiver.value == "self":
-                here = next((n.name.value for n in reversed(site.stack) if isinstance(n, cst.ClassDef)), None)
+                here = _enclosing_class(site)
                 if here is not None and (fa.method(here, name) is fn or self._inherits(cls, here)):
                     sites.append(site)
                 continue
