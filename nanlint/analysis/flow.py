@@ -11,7 +11,8 @@ value of an expression as it is there.
 
 Calls inside the file are followed through summaries: a function's or method's return value
 (`self.probs(x)`, `helper(x)`), `Cls(...)(x)` and `self.attr(x)` to `forward`, modules held in
-attributes (`self.act = nn.Softmax(dim=1)`, an `nn.Sequential` ending in one).
+attributes (`self.act = nn.Softmax(dim=1)`, an `nn.Sequential` ending in one), the members
+of an `nn.ModuleList` / `nn.ModuleDict` (`for layer in self.layers:`, `self.heads["policy"](h)`).
 
 Parameters take their entry values from the file's own calls (callsites.py): `__init__` in its
 one run (nothing calls it back through a return), any other function in a second, "seeded"
@@ -59,6 +60,9 @@ _LEARNED_MODULES = {
     "torch.nn.Conv3d", "torch.nn.Bilinear", "torch.nn.LazyLinear",
 }
 _CONTAINERS = {"torch.nn.Sequential"}
+_MODULE_LISTS = {"torch.nn.ModuleList", "torch.nn.ModuleDict"}
+# Methods that change what a ModuleList / ModuleDict holds.
+_MEMBER_UPDATES = {"append", "extend", "insert", "update", "pop", "clear"}
 _CREATION_PREFIX = "torch."
 _DIM_OPS = {"softmax", "sum", "max"}
 _EPS_WORDS = ("eps", "epsilon", "tiny")
@@ -510,7 +514,18 @@ class FileAnalysis:
         if source is not None and isinstance(stmt.target, cst.Name):
             # `for c in torch.unique(labels)`: `labels == c` holds somewhere.
             env.rels = env.rels | {(source, "∋", stmt.target.value)}
-        self.assign(stmt.target, TOP, env)
+        self.assign(stmt.target, self._member_of(it, env) or TOP, env)
+
+    def _member_of(self, it: cst.BaseExpression, env: Env) -> Optional[Value]:
+        """What `for m in self.layers:` (or `.values()`) binds: the join of the modules a
+        ModuleList / ModuleDict holds, where the analysis knows them."""
+        if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value == "values" \
+                and not it.args:
+            it = strip_parens(it.func.value)
+        if not isinstance(it, (cst.Name, cst.Attribute)):
+            return None
+        held = self.eval(it, env)
+        return _join_members(held.members)
 
     def _unique_source(self, it: cst.BaseExpression) -> Optional[str]:
         if not isinstance(it, cst.Call):
@@ -618,6 +633,11 @@ class FileAnalysis:
             self._note_half(current, expr)
         elif method == "requires_grad_":
             new = replace(current, trainable=True)
+        elif method in _MEMBER_UPDATES and current.members is not None:
+            # `self.layers.append(m)`: what the container holds is no longer known.
+            env = env.copy()
+            self.assign(target, replace(current, members=None), env)
+            return env
         else:
             self.eval(expr, env)
         if new is None:
@@ -710,6 +730,9 @@ class FileAnalysis:
             index = target.slice[0].slice
             if base is not None and isinstance(index, cst.Index):
                 current = self.eval(target.value, env)
+                if current.members is not None:  # `self.heads["x"] = m`: members unknown now
+                    self.assign(target.value, replace(current, members=None), env)
+                    return
                 env.vars[base] = self._masked_update(target.value, index.value, current, value, env, self.token(target))
 
     def _current_class(self, env: Env) -> Optional[str]:
@@ -924,6 +947,19 @@ class FileAnalysis:
             return TOP
         if isinstance(node, cst.Subscript):
             base = self.eval(node.value, env, depth - 1)
+            if base.members is not None:
+                # `self.heads["policy"]`, `self.layers[0]`: that member; another index: any.
+                key = None
+                if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+                    index = strip_parens(node.slice[0].slice.value)
+                    if isinstance(index, cst.SimpleString):
+                        key = index.evaluated_value
+                    elif isinstance(index, cst.Integer):
+                        key = str(int(index.value) % len(base.members)) if base.members else None
+                    elif isinstance(index, cst.Slice):
+                        return TOP
+                found = dict(base.members).get(key) if key is not None else None
+                return found or _join_members(base.members) or TOP
             if base.module_out is not None and not base.instance_of:
                 # `nn.Sequential(...)[i]`: unknown member.
                 return TOP
@@ -1083,6 +1119,9 @@ class FileAnalysis:
                 return self._masked_update(func.value, positional[0], receiver,
                                            self.eval(positional[1], env, depth - 1), env, line)
             return self._call_value(receiver, _code(ctx, func), env, line)
+        if isinstance(func, cst.Subscript):
+            # `self.heads["policy"](h)`, `self.layers[-1](x)`
+            return self._call_value(self.eval(func, env, depth - 1), _code(ctx, func), env, line)
         return TOP
 
     def _call_value(self, callee: Value, spelled: str, env: Env, line: int) -> Value:
@@ -1125,6 +1164,8 @@ class FileAnalysis:
             if last.module_out is not None:
                 return Value(module_out=last.module_out)
             return Value(module_out=TOP)
+        if full in _MODULE_LISTS:
+            return self._module_list(full, positional[0] if positional else None, env, depth)
         if full in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             inner = self.eval(positional[0], env, depth - 1) if positional else TOP
             return trained(inner).with_evidence(line, "an `nn.Parameter`: moved by training", learned=True)
@@ -1169,11 +1210,46 @@ class FileAnalysis:
             return out if out is not None else TOP
         return TOP
 
+    def _module_list(self, full: str, arg: Optional[cst.BaseExpression], env: Env, depth: int) -> Value:
+        """`nn.ModuleList([a, b])`, `nn.ModuleList([Block() for _ in range(n)])`,
+        `nn.ModuleDict({"policy": head, ...})`: the members, by index or key (unknown where
+        the argument is not written out)."""
+        if arg is None:
+            return Value(members=())
+        arg = strip_parens(arg)
+        members: List[Tuple[str, Value]] = []
+        if isinstance(arg, (cst.List, cst.Tuple)) and full.endswith("ModuleList"):
+            for i, el in enumerate(arg.elements):
+                if isinstance(el, cst.StarredElement):
+                    return TOP
+                members.append((str(i), self.eval(el.value, env, depth - 1)))
+        elif isinstance(arg, cst.ListComp) and full.endswith("ModuleList"):
+            inner = env.copy()
+            for name in _bound_inside(arg):
+                inner.vars[name] = TOP
+            # The same module built n times: one member stands for all (index any).
+            members.append(("*", self.eval(arg.elt, inner, depth - 1)))
+        elif isinstance(arg, cst.Dict) and full.endswith("ModuleDict"):
+            for el in arg.elements:
+                if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):
+                    return TOP
+                members.append((str(el.key.evaluated_value), self.eval(el.value, env, depth - 1)))
+        else:
+            return TOP
+        return Value(members=tuple(members))
+
     def _requires_grad(self, v: Value, keywords, line: int) -> Value:
         flag = keywords.get("requires_grad")
         if isinstance(flag, cst.Name) and flag.value == "True":
             return trained(v).with_evidence(line, "`requires_grad=True`: moved by training")
         return v
+
+
+def _join_members(members) -> Optional[Value]:
+    out: Optional[Value] = None
+    for _, v in members or ():
+        out = join(out, v)
+    return out
 
 
 def _self_targets(fn: cst.FunctionDef) -> Set[str]:
