@@ -34,6 +34,7 @@ all (inputs the code produces), and a parameter the file never passes takes its 
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple
@@ -134,6 +135,7 @@ class CallSites:
         self._index: Optional[_Index] = None
         self._script: Optional[bool] = None
         self._entries: Dict[int, Optional[Dict[str, Value]]] = {}
+        self._words: Dict[str, int] = {}
         self.computing: Set[int] = set()
 
     @property
@@ -234,9 +236,20 @@ class CallSites:
             return _private(name) or via_self_only
         return _private(name)
 
+    def _mentions(self, word: str) -> int:
+        found = self._words.get(word)
+        if found is None:
+            found = self._words[word] = len(re.findall(r"(?<![\w.])" + re.escape(word) + r"\b", self.fa.ctx.source)) \
+                + len(re.findall(r"\." + re.escape(word) + r"\b", self.fa.ctx.source))
+        return found
+
     def _sites(self, fn: cst.FunctionDef, cls: Optional[str], name: str):
         """(sites, every candidate resolved and nothing else refers to it, all via self), or
         None where there are too many candidates."""
+        # Named nowhere but in its own definition: no call, no reference (the index, a walk
+        # of the whole module, is not built for it).
+        if self._mentions(cls if name == "__init__" and cls is not None else name) <= 1:
+            return [], True, False
         index = self.index
         fa = self.fa
         sites: List[Site] = []
