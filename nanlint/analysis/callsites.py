@@ -34,6 +34,7 @@ all (inputs the code produces), and a parameter the file never passes takes its 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -55,29 +56,55 @@ class Site(NamedTuple):
     stack: Tuple[cst.CSTNode, ...]  # the call's ancestors, the module first
 
 
-class _Index(cst.CSTVisitor):
-    """Every call of the module by the name it calls (`f(...)`, `x.m(...)`), and the names
-    used otherwise (a callback, a stored reference: calls the index cannot see)."""
+# Fields that hold layout (whitespace, commas, parentheses) or operators: never a call.
+_LAYOUT = re.compile(r"whitespace|^lpar$|^rpar$|comma|leading_lines|lines_after|header|footer|semicolon|"
+                     r"^colon$|^equal$|^star$|^dot$|operator|asynchronous|newline|^lbracket$|^rbracket$|"
+                     r"^lbrace$|^rbrace$")
+_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.stack: List[cst.CSTNode] = []
+
+def _fields(node: cst.CSTNode) -> Tuple[str, ...]:
+    kind = type(node)
+    found = _FIELDS.get(kind)
+    if found is None:
+        found = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(node) if not _LAYOUT.search(f.name))
+    return found
+
+
+class _Index:
+    """Every call of the module by the name it calls (`f(...)`, `x.m(...)`), and the names
+    used otherwise (a callback, a stored reference: calls the index cannot see). A walk over
+    the node fields, not a CSTVisitor: a visitor rebuilds every node it passes."""
+
+    def __init__(self, module: cst.Module) -> None:
         self.by_name: Dict[str, List[Site]] = {}
         self.by_attr: Dict[str, List[Site]] = {}
         self.name_refs: Set[str] = set()
         self.attr_refs: Set[str] = set()
         self.nested_in: Dict[int, cst.FunctionDef] = {}  # id(nested def) -> enclosing def
         self._skip: Set[int] = set()
+        self._path: List[cst.CSTNode] = []
+        self._walk(module)
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.stack.append(node)  # popped in on_leave, which runs even for a skipped subtree
+    def _walk(self, node: cst.CSTNode) -> None:
         if isinstance(node, (cst.Import, cst.ImportFrom, cst.Annotation)):
-            return False
-        return self._note(node, tuple(self.stack[:-1]))
+            return
+        self._note(node)
+        path = self._path
+        path.append(node)
+        for name in _fields(node):
+            value = getattr(node, name)
+            if isinstance(value, cst.CSTNode):
+                self._walk(value)
+            elif isinstance(value, (list, tuple)):
+                for child in value:
+                    if isinstance(child, cst.CSTNode):
+                        self._walk(child)
+        path.pop()
 
-    def _note(self, node: cst.CSTNode, stack: Tuple[cst.CSTNode, ...]) -> bool:
+    def _note(self, node: cst.CSTNode) -> None:
         if isinstance(node, cst.Call):
-            site = Site(node, stack)
+            site = Site(node, tuple(self._path))
             func = node.func
             if isinstance(func, cst.Name):
                 self.by_name.setdefault(func.value, []).append(site)
@@ -88,7 +115,7 @@ class _Index(cst.CSTVisitor):
         elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             self._skip.add(id(node.name))
             if isinstance(node, cst.FunctionDef):
-                for outer in reversed(stack):
+                for outer in reversed(self._path):
                     if isinstance(outer, cst.ClassDef):
                         break
                     if isinstance(outer, cst.FunctionDef):
@@ -102,10 +129,6 @@ class _Index(cst.CSTVisitor):
                 self.attr_refs.add(node.attr.value)
         elif isinstance(node, cst.Name) and id(node) not in self._skip:
             self.name_refs.add(node.value)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.stack.pop()
 
 
 def _is_script(fa) -> bool:
@@ -141,8 +164,7 @@ class CallSites:
     @property
     def index(self) -> _Index:
         if self._index is None:
-            self._index = _Index()
-            self.fa.ctx.module.visit(self._index)
+            self._index = _Index(self.fa.ctx.module)
         return self._index
 
     @property
