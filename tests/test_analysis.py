@@ -244,3 +244,38 @@ def test_recursion_and_mutual_recursion_are_cut():
     # The call from `run` passes a softmax; the recursive calls add the unknown value,
     # which keeps the reason for 0 (a join) and nothing loops.
     assert [(d.code, d.start.row) for d in found] == [("NAN201", 5)]
+
+
+def test_in_a_package_a_method_called_only_through_self_trusts_its_callers(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    source = (
+        "import torch\n\n\n"
+        "class Attention(torch.nn.Module):\n"
+        "    def forward(self, scores):\n"
+        "        return self.squash(scores.clamp(-30.0, 30.0))\n\n"
+        "    def squash(self, s):\n"
+        "        return 1.0 / (1.0 + torch.exp(-s))\n"
+    )
+    module = package / "attention.py"
+    module.write_text(source)
+    assert _findings(module, source) == []
+    # Called on an object the file cannot resolve: it may be this method, with anything.
+    loose = source + "\n\ndef score(layer, s):\n    return layer.squash(s)\n"
+    module.write_text(loose)
+    assert _findings(module, loose) == [("NAN101", 9)]
+
+
+def test_probes_take_the_calls_values_even_where_the_rules_may_not(tmp_path):
+    """A public function of a package: the rule may not assume its callers are all in the
+    file, but the probe's domain is what the file's calls produce."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "ops.py"
+    module.write_text(HELPERS)
+    (d,) = [d for d in lint_source(str(module), HELPERS, [get_rule("NAN201")]).diagnostics]
+    (p,) = [i for i in d.probe.inputs if i.name == "p"]
+    assert (p.kind, p.dim, p.domain) == ("simplex", -1, (0.0, 1.0))
+    assert "passed as `p`" in p.evidence
