@@ -279,3 +279,29 @@ def test_probes_take_the_calls_values_even_where_the_rules_may_not(tmp_path):
     (p,) = [i for i in d.probe.inputs if i.name == "p"]
     assert (p.kind, p.dim, p.domain) == ("simplex", -1, (0.0, 1.0))
     assert "passed as `p`" in p.evidence
+
+
+def test_only_values_that_may_hold_a_callers_argument_consult_the_calls():
+    import libcst as cst
+
+    from nanlint.analysis.callsites import depends_on_parameters, parameter_dependents
+
+    fn = cst.parse_module(
+        "def f(p, n, *rest):\n"
+        "    q = p * 2\n"
+        "    for row in q:\n"
+        "        acc.add_(row)\n"
+        "    z = torch.zeros(3)\n"
+        "    w = z + 1\n"
+        "    self.scale = n\n"
+        "    def inner(p2):\n"
+        "        z = p2\n"
+    ).body[0]
+    assert parameter_dependents(fn) == {"p", "n", "rest", "q", "row", "acc", "self.scale"}
+    memo = {}
+    assert depends_on_parameters(fn, cst.parse_expression("torch.log(q.sum(-1))"), memo)
+    assert depends_on_parameters(fn, cst.parse_expression("self.scale.exp()"), memo)
+    assert not depends_on_parameters(fn, cst.parse_expression("torch.log(w)"), memo)
+    method = cst.parse_module("def m(self, x):\n    y = self.w * x\n").body[0]
+    assert parameter_dependents(method, method=True) == {"x", "y"}
+    assert not depends_on_parameters(method, cst.parse_expression("self.w.exp()"), {}, method=True)

@@ -62,7 +62,8 @@ def value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
     """What `expr` holds at the node being visited (memoized per function)."""
     fa = file_analysis(ctx)
     try:
-        return fa.eval(expr, _env_here(ctx, fa))
+        # The file's calls are consulted only for a value that may hold what they pass.
+        return fa.eval(expr, fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr)))
     except RecursionError:
         return TOP
 
@@ -202,7 +203,7 @@ def probe_input(ctx: FileContext, expr: cst.BaseExpression) -> Optional[ProbeInp
     the code can produce there, the file's own calls included (`probe_analysis`)."""
     fa = probe_analysis(ctx)
     try:
-        v = fa.eval(expr, fa.env_at(ctx.stack))
+        v = fa.eval(expr, fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr)))
     except RecursionError:
         return None
     evidence = fa.cite(v)

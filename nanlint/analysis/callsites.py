@@ -8,8 +8,11 @@ the caller's environment at the call (itself seeded from its own callers), so a 
 ever called with a softmax output sees a probability: "softmax at line 12, passed as `p` at
 line 30".
 
-It is lazy and bounded: the index of calls is built when a function is first asked for its
-entry, an entry is computed once per function (memoized), a call inside the function itself
+It is lazy and bounded: the callers' values are computed only when a rule asks about a value
+that may hold what a caller passed (a parameter, or a name the body assigns from one:
+`parameter_dependents`), the index of calls is built when a function first needs its entry
+(and not at all for a function the source names only in its definition), an entry is
+computed once per function (memoized), a call inside the function itself
 or in a function whose entry is being computed (recursion, mutual recursion) contributes the
 unknown value, and a function with more than `MAX_SITES` candidate calls gets no facts.
 `forward` (called as `module(x)`, which a name-based index cannot find) gets none either.
@@ -129,6 +132,113 @@ class _Index:
                 self.attr_refs.add(node.attr.value)
         elif isinstance(node, cst.Name) and id(node) not in self._skip:
             self.name_refs.add(node.value)
+
+
+def names_in(node: cst.CSTNode) -> Set[str]:
+    """The names and attribute chains (`x`, `self.k`) an expression or statement reads or
+    writes, nested functions and classes left out."""
+    found: Set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and n is not node:
+            continue
+        if isinstance(n, cst.Name):
+            found.add(n.value)
+            continue
+        if isinstance(n, cst.Attribute):
+            chain = _chain(n)
+            if chain is not None:
+                found.add(chain)  # `self.k`: the chain, not `self` and `k` apart
+            else:
+                stack.append(n.value)  # `f(x).y`: what the base reads
+            continue
+        for name in _fields(n):
+            value = getattr(n, name)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (list, tuple)):
+                stack.extend(c for c in value if isinstance(c, cst.CSTNode))
+    return found
+
+
+def _chain(node: cst.BaseExpression) -> Optional[str]:
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def parameter_dependents(fn: cst.FunctionDef, method: bool = False) -> Set[str]:
+    """The parameters of `fn` and the names its body assigns from them, transitively
+    (`q = p * 2`, `for row in p:`, `x.add_(p)`): a value that may hold what a caller passed.
+    A method's `self` is the instance, not a value a call passes."""
+    p = fn.params
+    params = [q.name.value for q in list(p.posonly_params) + list(p.params) + list(p.kwonly_params)]
+    if method and params:
+        params = params[1:]
+    if isinstance(p.star_arg, cst.Param):
+        params.append(p.star_arg.name.value)
+    if p.star_kwarg is not None:
+        params.append(p.star_kwarg.name.value)
+    flows: List[Tuple[Set[str], Set[str]]] = []  # (targets, sources)
+    stack: List[cst.CSTNode] = [fn.body]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(n, cst.Assign):
+            flows.append((set().union(*(names_in(t.target) for t in n.targets)), names_in(n.value)))
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)) and n.value is not None:
+            flows.append((names_in(n.target), names_in(n.value) | names_in(n.target)))
+        elif isinstance(n, (cst.For, cst.CompFor)):
+            flows.append((names_in(n.target), names_in(n.iter)))
+        elif isinstance(n, cst.WithItem) and n.asname is not None:
+            flows.append((names_in(n.asname.name), names_in(n.item)))
+        elif isinstance(n, cst.NamedExpr):
+            flows.append((names_in(n.target), names_in(n.value)))
+        elif isinstance(n, cst.Expr) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Attribute):
+            receiver = _chain(n.value.func.value)
+            if receiver is not None:  # `x.add_(p)`, `xs.append(p)`
+                flows.append(({receiver}, set().union(set(), *(names_in(a.value) for a in n.value.args))))
+        for name in _fields(n):
+            value = getattr(n, name)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (list, tuple)):
+                stack.extend(c for c in value if isinstance(c, cst.CSTNode))
+    found = set(params)
+    changed = True
+    while changed:
+        changed = False
+        for targets, sources in flows:
+            if not targets <= found and _touches(sources, found):
+                found |= targets
+                changed = True
+    return found
+
+
+def _touches(names: Set[str], dependents: Set[str]) -> bool:
+    """Some name reads a dependent: itself, or an attribute of one (`p.shape`, `self.x.y`)."""
+    for name in names:
+        if name in dependents:
+            return True
+        parts = name.split(".")
+        if any(".".join(parts[:i]) in dependents for i in range(1, len(parts))):
+            return True
+    return False
+
+
+def depends_on_parameters(fn: cst.FunctionDef, expr: cst.BaseExpression, memo: Dict[int, Set[str]],
+                          method: bool = False) -> bool:
+    key = id(fn)
+    if key not in memo:
+        memo[key] = parameter_dependents(fn, method)
+    return _touches(names_in(expr), memo[key])
 
 
 def _is_script(fa) -> bool:
@@ -389,4 +499,4 @@ class CallSites:
         return v.with_evidence(fa.token(p), f"default `{p.name.value}={fa.ctx.code(p.default)}`")
 
 
-__all__ = ["CallSites", "MAX_SITES", "Site"]
+__all__ = ["CallSites", "MAX_SITES", "Site", "depends_on_parameters", "parameter_dependents", "names_in"]

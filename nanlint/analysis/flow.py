@@ -172,6 +172,7 @@ class FileAnalysis:
         self.autocast_callees: Dict[str, Evidence] = {}
         self.trainable_names: Set[str] = set()
         self._seeded: Set[int] = set()
+        self._dependents: Dict[int, Set[str]] = {}
         self._callsites = None
         self._tokens: List[cst.CSTNode] = []
         self._token_of: Dict[int, int] = {}
@@ -287,6 +288,17 @@ class FileAnalysis:
             self.run_block(fn.body.body if isinstance(fn.body, cst.IndentedBlock) else fn.body.body, env, _Frame(cls))
         finally:
             self._running.discard(key)
+
+    def depends_on_parameters(self, stack, expr: cst.BaseExpression) -> bool:
+        """`expr`, written inside the innermost function of `stack`, may hold what a caller
+        passed (a parameter, or a name assigned from one): only then are the callers' values
+        worth computing."""
+        fn = next((n for n in reversed(stack) if isinstance(n, cst.FunctionDef)), None)
+        if fn is None:
+            return False
+        from .callsites import depends_on_parameters
+
+        return depends_on_parameters(fn, expr, self._dependents, method=self.owner.get(id(fn)) is not None)
 
     def env_at(self, stack, seeded: bool = True) -> Env:
         """The environment before the innermost statement of `stack` (the node's ancestors,
