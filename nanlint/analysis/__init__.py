@@ -10,7 +10,9 @@
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
 it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values
 and their evidence are in values.py; what each torch op does to them, in one table, in
-transfer.py.
+transfer.py. Parameters take what the file's own calls pass them (callsites.py, which also
+says when such a fact may make a value safer); probes read the same analysis run with every
+visible call trusted and defaults filled in (`probe_analysis`).
 """
 
 from __future__ import annotations
