@@ -74,6 +74,18 @@ def _fields(node: cst.CSTNode) -> Tuple[str, ...]:
     return found
 
 
+def _children(node: cst.CSTNode):
+    """The child nodes that can hold code, in order."""
+    for name in _fields(node):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for child in value:
+                if isinstance(child, cst.CSTNode):
+                    yield child
+
+
 class _Index:
     """Every call of the module by the name it calls (`f(...)`, `x.m(...)`), and the names
     used otherwise (a callback, a stored reference: calls the index cannot see). A walk over
@@ -95,14 +107,8 @@ class _Index:
         self._note(node)
         path = self._path
         path.append(node)
-        for name in _fields(node):
-            value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
-                self._walk(value)
-            elif isinstance(value, (list, tuple)):
-                for child in value:
-                    if isinstance(child, cst.CSTNode):
-                        self._walk(child)
+        for child in _children(node):
+            self._walk(child)
         path.pop()
 
     def _note(self, node: cst.CSTNode) -> None:
@@ -153,12 +159,7 @@ def names_in(node: cst.CSTNode) -> Set[str]:
             else:
                 stack.append(n.value)  # `f(x).y`: what the base reads
             continue
-        for name in _fields(n):
-            value = getattr(n, name)
-            if isinstance(value, cst.CSTNode):
-                stack.append(value)
-            elif isinstance(value, (list, tuple)):
-                stack.extend(c for c in value if isinstance(c, cst.CSTNode))
+        stack.extend(_children(n))
     return found
 
 
@@ -205,12 +206,7 @@ def parameter_dependents(fn: cst.FunctionDef, method: bool = False) -> Set[str]:
             receiver = _chain(n.value.func.value)
             if receiver is not None:  # `x.add_(p)`, `xs.append(p)`
                 flows.append(({receiver}, set().union(set(), *(names_in(a.value) for a in n.value.args))))
-        for name in _fields(n):
-            value = getattr(n, name)
-            if isinstance(value, cst.CSTNode):
-                stack.append(value)
-            elif isinstance(value, (list, tuple)):
-                stack.extend(c for c in value if isinstance(c, cst.CSTNode))
+        stack.extend(_children(n))
     found = set(params)
     changed = True
     while changed:
