@@ -548,7 +548,9 @@ class FileContext:
                 seen.add(name)
                 known = (domains or {}).get(name)
                 if isinstance(known, ProbeInput):
-                    inputs.append(dataclasses.replace(known, name=name, value=self.constant(name)))
+                    constant = self.constant(name)
+                    inputs.append(dataclasses.replace(
+                        known, name=name, value=constant if constant is not None else known.value))
                 else:
                     inputs.append(ProbeInput(name=name, value=self.constant(name), domain=known))
         if not relations and len(inputs) > 1 and self.stack:

@@ -142,3 +142,166 @@ def test_no_gradient_is_taken_through_a_custom_autograd_function():
     module = "import torch\nclass F(torch.nn.Module):\n" + body
     assert lint_source("m.py", custom, rules).diagnostics == []
     assert [d.code for d in lint_source("m.py", module, rules).diagnostics] == ["NAN122"]
+
+
+# ---------------------------------------------------------------- parameter facts from call sites
+
+HELPERS = '''\
+import torch
+
+
+def gated(a):
+    return gate(a.clamp(-20.0, 20.0))
+
+
+def gate(z):
+    return 1 / (1 + torch.exp(-z))
+
+
+def scores(logits):
+    return nll(torch.softmax(logits, dim=-1))
+
+
+def nll(p):
+    return -torch.log(p).mean()
+'''
+
+
+def _findings(path, source):
+    rules = [get_rule("NAN101"), get_rule("NAN201")]
+    return sorted((d.code, d.start.row) for d in lint_source(str(path), source, rules).diagnostics)
+
+
+def test_call_sites_bound_a_helper_only_where_no_outside_caller_is_plausible(tmp_path):
+    """A script (no package): the file's calls are all the calls, the clamp bounds `gate`.
+    A public function of a package module: callers elsewhere may pass anything, so the
+    clamp does not make it safer than unknown, while the softmax still raises NAN201."""
+    script = tmp_path / "train.py"
+    script.write_text(HELPERS)
+    assert _findings(script, HELPERS) == [("NAN201", 17)]
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "ops.py"
+    module.write_text(HELPERS)
+    assert _findings(module, HELPERS) == [("NAN101", 9), ("NAN201", 17)]
+    # The same module with private helpers: the file's calls are all the calls again.
+    private = HELPERS.replace("gate(", "_gate(").replace("nll(", "_nll(")
+    module.write_text(private)
+    assert _findings(module, private) == [("NAN201", 17)]
+    # ...and a script guard makes a package module a script.
+    guarded = HELPERS + '\n\nif __name__ == "__main__":\n    gated(torch.zeros(3))\n'
+    module.write_text(guarded)
+    assert _findings(module, guarded) == [("NAN201", 17)]
+
+
+def test_a_call_site_fact_is_cited_and_unknown_callers_add_nothing(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "ops.py"
+    source = HELPERS + "\n\ndef other(x):\n    return nll(x)\n"
+    module.write_text(source)
+    (d,) = [d for d in lint_source(str(module), source, [get_rule("NAN201")]).diagnostics]
+    assert "softmax at line 13, passed as `p` at line 13" in d.message
+    # A helper only called with values nothing is known about is not reported.
+    plain = "import torch\n\n\ndef f(x):\n    return _g(x * 2)\n\n\ndef _g(v):\n    return torch.log(v)\n"
+    assert lint_source("s.py", plain, [get_rule("NAN201")]).diagnostics == []
+
+
+def test_self_method_and_init_default_reach_the_probe():
+    """`self.k = k` with `k=50` a default and no call passing it: the probe holds 50; the
+    step function's inputs are the sigmoid maps its caller passes."""
+    from nanlint.rules import all_rules
+
+    path = "fixtures/NAN101_dbnet_head.py"
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parent.parent / path).read_text()
+    (d,) = [d for d in lint_source(path, source, all_rules()).diagnostics if d.code == "NAN101"]
+    inputs = {i.name: i for i in d.probe.inputs}
+    assert inputs["self.k"].value == 50.0 and "default `k=50`" in inputs["self.k"].evidence
+    for name, head in (("x", "binarize"), ("y", "thresh")):
+        assert (inputs[name].kind, inputs[name].domain) == ("probability", (0.0, 1.0))
+        assert f"`self.{head}` output" in inputs[name].evidence and f"passed as `{name}`" in inputs[name].evidence
+    # Built elsewhere in the file with k=100: the calls' value, not the default (with k=10 the
+    # exponent stays within [-10, 10], finite even in float16: not reported).
+    built = source + "\n\nhead = TextDetectionHead(32, k=100)\n"
+    (d,) = [d for d in lint_source(path, built, all_rules()).diagnostics if d.code == "NAN101"]
+    assert {i.name: i.value for i in d.probe.inputs}["self.k"] == 100.0
+    small = source + "\n\nhead = TextDetectionHead(32, k=10)\n"
+    assert [d for d in lint_source(path, small, all_rules()).diagnostics if d.code == "NAN101"] == []
+
+
+def test_recursion_and_mutual_recursion_are_cut():
+    source = (
+        "import torch\n\n\n"
+        "def _a(p, n):\n    return torch.log(p) if n == 0 else _b(p, n - 1)\n\n\n"
+        "def _b(p, n):\n    return _a(p, n)\n\n\n"
+        "def run(x):\n    return _a(torch.softmax(x, -1), 3)\n"
+    )
+    found = lint_source("r.py", source, [get_rule("NAN201")]).diagnostics
+    # The call from `run` passes a softmax; the recursive calls add the unknown value,
+    # which keeps the reason for 0 (a join) and nothing loops.
+    assert [(d.code, d.start.row) for d in found] == [("NAN201", 5)]
+
+
+def test_in_a_package_a_method_called_only_through_self_trusts_its_callers(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    source = (
+        "import torch\n\n\n"
+        "class Attention(torch.nn.Module):\n"
+        "    def forward(self, scores):\n"
+        "        return self.squash(scores.clamp(-30.0, 30.0))\n\n"
+        "    def squash(self, s):\n"
+        "        return 1.0 / (1.0 + torch.exp(-s))\n"
+    )
+    module = package / "attention.py"
+    module.write_text(source)
+    assert _findings(module, source) == []
+    # Called on an object the file cannot resolve: it may be this method, with anything.
+    loose = source + "\n\ndef score(layer, s):\n    return layer.squash(s)\n"
+    module.write_text(loose)
+    assert _findings(module, loose) == [("NAN101", 9)]
+
+
+def test_probes_take_the_calls_values_even_where_the_rules_may_not(tmp_path):
+    """A public function of a package: the rule may not assume its callers are all in the
+    file, but the probe's domain is what the file's calls produce."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "ops.py"
+    module.write_text(HELPERS)
+    (d,) = [d for d in lint_source(str(module), HELPERS, [get_rule("NAN201")]).diagnostics]
+    (p,) = [i for i in d.probe.inputs if i.name == "p"]
+    assert (p.kind, p.dim, p.domain) == ("simplex", -1, (0.0, 1.0))
+    assert "passed as `p`" in p.evidence
+
+
+def test_only_values_that_may_hold_a_callers_argument_consult_the_calls():
+    import libcst as cst
+
+    from nanlint.analysis.callsites import depends_on_parameters, parameter_dependents
+
+    fn = cst.parse_module(
+        "def f(p, n, *rest):\n"
+        "    q = p * 2\n"
+        "    for row in q:\n"
+        "        acc.add_(row)\n"
+        "    z = torch.zeros(3)\n"
+        "    w = z + 1\n"
+        "    self.scale = n\n"
+        "    def inner(p2):\n"
+        "        z = p2\n"
+    ).body[0]
+    assert parameter_dependents(fn) == {"p", "n", "rest", "q", "row", "acc", "self.scale"}
+    memo = {}
+    assert depends_on_parameters(fn, cst.parse_expression("torch.log(q.sum(-1))"), memo)
+    assert depends_on_parameters(fn, cst.parse_expression("self.scale.exp()"), memo)
+    assert not depends_on_parameters(fn, cst.parse_expression("torch.log(w)"), memo)
+    method = cst.parse_module("def m(self, x):\n    y = self.w * x\n").body[0]
+    assert parameter_dependents(method, method=True) == {"x", "y"}
+    assert not depends_on_parameters(method, cst.parse_expression("self.w.exp()"), {}, method=True)

@@ -81,6 +81,42 @@ def test_json_output_has_everything(project, capsys):
     assert len(ver["contexts"]) == 7 and ver["ranges"]
 
 
+def test_the_seed_dbnet_step_function_is_confirmed_end_to_end(tmp_path, monkeypatch, capsys):
+    """Issue 9's done-means, through the CLI on a file as a user has it: the step function's
+    inputs are the sigmoid maps `forward` passes it and `self.k` is the default 50, so check
+    flags NAN101 with the exact fix and verify confirms a float16 NaN gradient on inputs the
+    code produces."""
+    source = (ROOT / "fixtures" / "NAN101_dbnet_head.py").read_text()
+    (tmp_path / "head.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(["check", "head.py", "--output-format", "json"], capsys)
+    assert code == 1
+    (finding,) = [f for f in json.loads(out) if f["code"] == "NAN101"]
+    (edit,) = finding["fix"]["edits"]
+    assert edit["content"] == "torch.sigmoid(self.k * (x - y))"
+    assert finding["location"]["row"] == source.splitlines().index(
+        "        return torch.reciprocal(1 + torch.exp(-self.k * (x - y)))  # expect: NAN101") + 1
+    code, out, _ = run(["verify", "head.py", "--output-format", "json"], capsys)
+    data = json.loads(out)
+    (found,) = [f for f in data["findings"] if f["code"] == "NAN101"]
+    inputs = {i["name"]: i for i in found["probe"]["inputs"]}
+    assert inputs["self.k"]["value"] == 50.0
+    assert [(inputs[n]["kind"], inputs[n]["domain"]) for n in ("x", "y")] == [("probability", [0.0, 1.0])] * 2
+    assert "passed as `x`" in inputs["x"]["evidence"] and "passed as `y`" in inputs["y"]["evidence"]
+    ver = found["verification"]
+    assert ver["verdict"] == "confirmed", ver["line"]
+    w = ver["witness"]
+    assert (w["dtype"], w["where"]) == ("float16", "gradient")
+    assert w["inputs"]["self.k"] == 50.0
+    assert 0.0 <= w["inputs"]["x"] <= 1.0 and 0.0 <= w["inputs"]["y"] <= 1.0
+    assert "NaN gradient" in ver["line"]
+    assert data["summary"]["confirmed"] >= 1
+    # The text output says the same in one line.
+    code, out, _ = run(["verify", "head.py"], capsys)
+    assert re.search(r"^head\.py:\d+:\d+: NAN101 confirmed: NaN gradient w\.r\.t\. [xy] at self\.k=50, .* in float16",
+                     out, re.M), out
+
+
 def test_from_json_round_trip_gives_the_same_verdicts(project, capsys):
     code, findings, _ = run(["check", "model.py", "--output-format", "json"], capsys)
     assert code == 1

@@ -38,7 +38,8 @@ def test_dbnet_step_function_is_confirmed_with_a_float16_nan_gradient():
     # The fixture's x and y are bare parameters: the failure is only "possible" there.
     assert verify_expression(d.probe, "cpu").verdict == "possible"
     # In DBNet they are the probability and threshold maps (sigmoid outputs), as the
-    # analysis proves them: confirmed.
+    # analysis proves them where the file shows them (fixtures/NAN101_dbnet_head.py, verified
+    # end to end in test_verify_cli.py): confirmed.
     maps = tuple(ProbeInput(n, kind="probability", evidence="sigmoid") for n in ("x", "y"))
     v = verify_expression(replace(d.probe, inputs=(d.probe.inputs[0],) + maps), "cpu")
     assert v.verdict == "confirmed", v.line()

@@ -11,7 +11,9 @@
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
 it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values
 and their evidence are in values.py; what each torch op does to them, in one table, in
-transfer.py.
+transfer.py. Parameters take what the file's own calls pass them (callsites.py, which also
+says when such a fact may make a value safer); probes read the same analysis run with every
+visible call trusted and defaults filled in (`probe_analysis`).
 """
 
 from __future__ import annotations
@@ -45,63 +47,28 @@ def file_analysis(ctx: FileContext) -> FileAnalysis:
     return found
 
 
+def probe_analysis(ctx: FileContext) -> FileAnalysis:
+    """The analysis probes take their domains from: every call site of the file is trusted and
+    a parameter no call passes has its default (callsites.py says why the rules' analysis is
+    more careful)."""
+    found = getattr(ctx, "_probe_analysis", None)
+    if found is None:
+        found = FileAnalysis(ctx, probing=True)
+        ctx._probe_analysis = found  # type: ignore[attr-defined]
+    return found
+
+
 def _env_here(ctx: FileContext, fa: FileAnalysis) -> Env:
-    """The environment before the innermost statement being visited, refined by the
-    conditional expressions (`a if c else b`) the node sits in."""
-    stack = ctx.stack
-    fn = None
-    for node in reversed(stack):
-        if isinstance(node, cst.FunctionDef):
-            fn = node
-            break
-    fa.ensure_module()
-    if fn is not None:
-        fa.ensure_function(fn)
-    env: Optional[Env] = None
-    at = -1
-    for i in range(len(stack) - 1, -1, -1):
-        env = fa.env_before.get(id(stack[i]))
-        if env is not None:
-            at = i
-            break
-    if env is None:
-        return fa.module_env or Env()
-    for i in range(at + 1, len(stack) - 1):
-        node = stack[i]
-        if isinstance(node, cst.IfExp):
-            branch = fa.refine(node.test, env, stack[i + 1] is node.body)
-            if branch is not None:
-                env = branch
-        elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp, cst.Lambda)):
-            env = env.copy()
-            for name in _bound_inside(node):
-                env.vars[name] = TOP
-    return env
-
-
-def _bound_inside(node: cst.CSTNode):
-    """Names a comprehension or lambda binds (they shadow the function's)."""
-    if isinstance(node, cst.Lambda):
-        for p in node.params.params:
-            yield p.name.value
-        return
-    comp = getattr(node, "for_in", None)
-    while comp is not None:
-        stack = [comp.target]
-        while stack:
-            t = stack.pop()
-            if isinstance(t, cst.Name):
-                yield t.value
-            elif isinstance(t, (cst.Tuple, cst.List)):
-                stack.extend(e.value for e in t.elements)
-        comp = comp.inner_for_in
+    """The environment before the innermost statement being visited (see `FileAnalysis.env_at`)."""
+    return fa.env_at(ctx.stack)
 
 
 def value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
     """What `expr` holds at the node being visited (memoized per function)."""
     fa = file_analysis(ctx)
     try:
-        return fa.eval(expr, _env_here(ctx, fa))
+        # The file's calls are consulted only for a value that may hold what they pass.
+        return fa.eval(expr, fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr)))
     except RecursionError:
         return TOP
 
@@ -123,12 +90,14 @@ def excludes_zero(ctx: FileContext, expr: cst.BaseExpression) -> bool:
 
 def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[str, str]]:
     """(reason, evidence) where exact 0 is reachable through what the flow sees beyond one
-    expression: a softmax or sigmoid returned by a function, a method, a model's `forward`
-    or a module held in an attribute. None where nothing says so."""
+    expression: a softmax or sigmoid returned by a function, a method, a model's `forward`,
+    a module held in an attribute, or passed to this function by the file's own calls. None
+    where nothing says so."""
     v = value(ctx, expr)
     if v.excludes_zero or v.zero not in _ZERO_REASONS:
         return None
-    if not any(("returned by" in e.reason or "output" in e.reason or "forward" in e.reason) for e in v.evidence):
+    if not any(("returned by" in e.reason or "output" in e.reason or "forward" in e.reason
+                or "passed as" in e.reason) for e in v.evidence):
         return None
     return v.zero, cite(ctx, v)
 
@@ -235,9 +204,18 @@ def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
 
 
 def probe_input(ctx: FileContext, expr: cst.BaseExpression) -> Optional[ProbeInput]:
-    """The domain the analysis proves for a probe input (its name is set by the probe)."""
-    v = value(ctx, expr)
-    evidence = cite(ctx, v)
+    """The domain the analysis proves for a probe input (its name is set by the probe): what
+    the code can produce there, the file's own calls included (`probe_analysis`)."""
+    fa = probe_analysis(ctx)
+    try:
+        v = fa.eval(expr, fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr)))
+    except RecursionError:
+        return None
+    evidence = fa.cite(v)
+    if v.lo == v.hi and v.lo not in (float("inf"), float("-inf")) and v.evidence:
+        # One value (`self.k = k` with `k=50` the only one passed, or the default).
+        return ProbeInput(name="", value=v.lo, domain=(v.lo, v.hi), kind="integer" if v.integer else "real",
+                          evidence=evidence)
     if v.prob == "softmax" and v.simplex_dim is not None:
         dim = _int(v.simplex_dim)
         return ProbeInput(name="", domain=(0.0, 1.0), kind="simplex" if dim is not None else "probability",
@@ -376,6 +354,8 @@ def input_domains(ctx: FileContext, expr: cst.BaseExpression) -> Dict[str, Probe
 
     found: Dict[str, ProbeInput] = {}
     for name in free_inputs(ctx.canonical(strip_parens(expr), inline=False)):
+        if ctx.constant(name) is not None:
+            continue  # a constant of the source (`self.k = 50`): the probe has its value
         try:
             node = cst.parse_expression(name)
         except Exception:

@@ -11,7 +11,14 @@ value of an expression as it is there.
 
 Calls inside the file are followed through summaries: a function's or method's return value
 (`self.probs(x)`, `helper(x)`), `Cls(...)(x)` and `self.attr(x)` to `forward`, modules held in
-attributes (`self.act = nn.Softmax(dim=1)`, an `nn.Sequential` ending in one).
+attributes (`self.act = nn.Softmax(dim=1)`, an `nn.Sequential` ending in one), the members
+of an `nn.ModuleList` / `nn.ModuleDict` (`for layer in self.layers:`, `self.heads["policy"](h)`).
+
+Parameters take their entry values from the file's own calls (callsites.py): `__init__` in its
+one run (nothing calls it back through a return), any other function in a second, "seeded"
+run made only when a rule asks about a value inside it; that run overwrites the function's
+recorded environments and leaves the return summary (parameters unknown) as it was, so a
+caller's summary never waits on its callee's callers.
 """
 
 from __future__ import annotations
@@ -53,6 +60,9 @@ _LEARNED_MODULES = {
     "torch.nn.Conv3d", "torch.nn.Bilinear", "torch.nn.LazyLinear",
 }
 _CONTAINERS = {"torch.nn.Sequential"}
+_MODULE_LISTS = {"torch.nn.ModuleList", "torch.nn.ModuleDict"}
+# Methods that change what a ModuleList / ModuleDict holds.
+_MEMBER_UPDATES = {"append", "extend", "insert", "update", "pop", "clear"}
 _CREATION_PREFIX = "torch."
 _DIM_OPS = {"softmax", "sum", "max"}
 _EPS_WORDS = ("eps", "epsilon", "tiny")
@@ -130,8 +140,10 @@ class _Frame:
 
 
 class FileAnalysis:
-    def __init__(self, ctx):
+    def __init__(self, ctx, probing: bool = False):
         self.ctx = ctx
+        # Probe domains: trust every call site of the file, and defaults where none passes.
+        self.probing = probing
         module = ctx.module
         self.functions: Dict[str, cst.FunctionDef] = {}
         self.classes: Dict[str, cst.ClassDef] = {}
@@ -159,6 +171,9 @@ class FileAnalysis:
         self.half_owners: Dict[str, Evidence] = {}
         self.autocast_callees: Dict[str, Evidence] = {}
         self.trainable_names: Set[str] = set()
+        self._seeded: Set[int] = set()
+        self._dependents: Dict[int, Set[str]] = {}
+        self._callsites = None
         self._tokens: List[cst.CSTNode] = []
         self._token_of: Dict[int, int] = {}
         self._all_done = False
@@ -213,8 +228,8 @@ class FileAnalysis:
         finally:
             self._running.discard(key)
 
-    def _run_function(self, fn: cst.FunctionDef, cls: Optional[str]) -> None:
-        key = id(fn)
+    def _entry_env(self, fn: cst.FunctionDef, cls: Optional[str]) -> Env:
+        """Parameters as unknown (an `eps` positive, `self` the class's instance)."""
         env = Env()
         params = fn.params
         every = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
@@ -226,10 +241,99 @@ class FileAnalysis:
                 env.vars[name] = Value(lo=0.0, nonzero=True)
             else:
                 env.vars[name] = TOP
+        return env
+
+    @property
+    def callsites(self):
+        if self._callsites is None:
+            from .callsites import CallSites
+
+            self._callsites = CallSites(self)
+        return self._callsites
+
+    def _seed(self, fn: cst.FunctionDef, env: Env) -> bool:
+        """Parameter values from the file's calls of `fn` into `env`; False where they tell
+        nothing."""
+        entry = self.callsites.entry(fn, env.vars)
+        if entry is None:
+            return False
+        env.vars.update(entry)
+        return True
+
+    def _run_function(self, fn: cst.FunctionDef, cls: Optional[str]) -> None:
+        key = id(fn)
+        env = self._entry_env(fn, cls)
         frame = _Frame(cls)
         self.run_block(fn.body.body if isinstance(fn.body, cst.IndentedBlock) else fn.body.body, env, frame)
         self.returns[key] = frame.returns if frame.returned else TOP
         self._done.add(key)
+
+    def ensure_seeded(self, fn: cst.FunctionDef) -> None:
+        """Rerun `fn` with its parameters' values from the file's calls (once; nothing when
+        the calls tell nothing). Its recorded environments are replaced; its return summary
+        is kept."""
+        key = id(fn)
+        if key in self._seeded or key in self._running:
+            return
+        cls = self.owner.get(key)
+        if cls is not None and fn.name.value == "__init__":
+            self.class_attrs(cls)  # seeded there
+            return
+        self._seeded.add(key)
+        env = self._entry_env(fn, cls)
+        if not self._seed(fn, env):
+            return
+        self._running.add(key)
+        try:
+            self.run_block(fn.body.body if isinstance(fn.body, cst.IndentedBlock) else fn.body.body, env, _Frame(cls))
+        finally:
+            self._running.discard(key)
+
+    def depends_on_parameters(self, stack, expr: cst.BaseExpression) -> bool:
+        """`expr`, written inside the innermost function of `stack`, may hold what a caller
+        passed (a parameter, or a name assigned from one): only then are the callers' values
+        worth computing."""
+        fn = next((n for n in reversed(stack) if isinstance(n, cst.FunctionDef)), None)
+        if fn is None:
+            return False
+        from .callsites import depends_on_parameters
+
+        return depends_on_parameters(fn, expr, self._dependents, method=self.owner.get(id(fn)) is not None)
+
+    def env_at(self, stack, seeded: bool = True) -> Env:
+        """The environment before the innermost statement of `stack` (the node's ancestors,
+        the module first), refined by the conditional expressions (`a if c else b`) it sits
+        in; comprehension and lambda variables are unknown there."""
+        fn = None
+        for node in reversed(stack):
+            if isinstance(node, cst.FunctionDef):
+                fn = node
+                break
+        self.ensure_module()
+        if fn is not None:
+            self.ensure_function(fn)
+            if seeded:
+                self.ensure_seeded(fn)
+        env: Optional[Env] = None
+        at = -1
+        for i in range(len(stack) - 1, -1, -1):
+            env = self.env_before.get(id(stack[i]))
+            if env is not None:
+                at = i
+                break
+        if env is None:
+            return self.module_env or Env()
+        for i in range(at + 1, len(stack) - 1):
+            node = stack[i]
+            if isinstance(node, cst.IfExp):
+                branch = self.refine(node.test, env, stack[i + 1] is node.body)
+                if branch is not None:
+                    env = branch
+            elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp, cst.Lambda)):
+                env = env.copy()
+                for name in _bound_inside(node):
+                    env.vars[name] = TOP
+        return env
 
     def ensure_all(self) -> None:
         """Run every flow of the file (for facts that come from anywhere: `.half()` models,
@@ -258,7 +362,39 @@ class FileAnalysis:
                     self._run_function(fn, cls)
                 finally:
                     self._running.discard(id(fn))
+        init = methods.get("__init__")
+        if init is not None:
+            self._seed_init(cls, init, table)
         return table
+
+    def _seed_init(self, cls: str, init: cst.FunctionDef, table: Dict[str, Value]) -> None:
+        """`self.k = k` where the file builds `Head(k=...)` (or, for probes, the default
+        `k=50`): rerun `__init__` with those values once the class's attributes are complete
+        (the callers may use them), and keep what it assigns to attributes no other method
+        assigns."""
+        key = id(init)
+        if key in self._seeded or key in self._running:
+            return
+        self._seeded.add(key)
+        env = self._entry_env(init, cls)
+        if not self._seed(init, env):
+            return
+        others: Set[str] = set()
+        for name, fn in self.methods.get(cls, {}).items():
+            if fn is not init:
+                others |= _self_targets(fn)
+        self.attrs[cls] = {}
+        self._running.add(key)
+        try:
+            self.run_block(init.body.body if isinstance(init.body, cst.IndentedBlock) else init.body.body,
+                           env, _Frame(cls))
+        finally:
+            self._running.discard(key)
+            seeded = self.attrs[cls]
+            self.attrs[cls] = table
+        for attr, v in seeded.items():
+            if attr not in others:
+                table[attr] = v
 
     def function_return(self, fn: cst.FunctionDef) -> Value:
         self.ensure_function(fn)
@@ -390,7 +526,18 @@ class FileAnalysis:
         if source is not None and isinstance(stmt.target, cst.Name):
             # `for c in torch.unique(labels)`: `labels == c` holds somewhere.
             env.rels = env.rels | {(source, "∋", stmt.target.value)}
-        self.assign(stmt.target, TOP, env)
+        self.assign(stmt.target, self._member_of(it, env) or TOP, env)
+
+    def _member_of(self, it: cst.BaseExpression, env: Env) -> Optional[Value]:
+        """What `for m in self.layers:` (or `.values()`) binds: the join of the modules a
+        ModuleList / ModuleDict holds, where the analysis knows them."""
+        if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value == "values" \
+                and not it.args:
+            it = strip_parens(it.func.value)
+        if not isinstance(it, (cst.Name, cst.Attribute)):
+            return None
+        held = self.eval(it, env)
+        return _join_members(held.members)
 
     def _unique_source(self, it: cst.BaseExpression) -> Optional[str]:
         if not isinstance(it, cst.Call):
@@ -498,6 +645,11 @@ class FileAnalysis:
             self._note_half(current, expr)
         elif method == "requires_grad_":
             new = replace(current, trainable=True)
+        elif method in _MEMBER_UPDATES and current.members is not None:
+            # `self.layers.append(m)`: what the container holds is no longer known.
+            env = env.copy()
+            self.assign(target, replace(current, members=None), env)
+            return env
         else:
             self.eval(expr, env)
         if new is None:
@@ -590,6 +742,9 @@ class FileAnalysis:
             index = target.slice[0].slice
             if base is not None and isinstance(index, cst.Index):
                 current = self.eval(target.value, env)
+                if current.members is not None:  # `self.heads["x"] = m`: members unknown now
+                    self.assign(target.value, replace(current, members=None), env)
+                    return
                 env.vars[base] = self._masked_update(target.value, index.value, current, value, env, self.token(target))
 
     def _current_class(self, env: Env) -> Optional[str]:
@@ -804,6 +959,19 @@ class FileAnalysis:
             return TOP
         if isinstance(node, cst.Subscript):
             base = self.eval(node.value, env, depth - 1)
+            if base.members is not None:
+                # `self.heads["policy"]`, `self.layers[0]`: that member; another index: any.
+                key = None
+                if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+                    index = strip_parens(node.slice[0].slice.value)
+                    if isinstance(index, cst.SimpleString):
+                        key = index.evaluated_value
+                    elif isinstance(index, cst.Integer):
+                        key = str(int(index.value) % len(base.members)) if base.members else None
+                    elif isinstance(index, cst.Slice):
+                        return TOP
+                found = dict(base.members).get(key) if key is not None else None
+                return found or _join_members(base.members) or TOP
             if base.module_out is not None and not base.instance_of:
                 # `nn.Sequential(...)[i]`: unknown member.
                 return TOP
@@ -968,6 +1136,9 @@ class FileAnalysis:
                 return self._masked_update(func.value, positional[0], receiver,
                                            self.eval(positional[1], env, depth - 1), env, line)
             return self._call_value(receiver, _code(ctx, func), env, line)
+        if isinstance(func, cst.Subscript):
+            # `self.heads["policy"](h)`, `self.layers[-1](x)`
+            return self._call_value(self.eval(func, env, depth - 1), _code(ctx, func), env, line)
         return TOP
 
     def _call_value(self, callee: Value, spelled: str, env: Env, line: int) -> Value:
@@ -1010,6 +1181,8 @@ class FileAnalysis:
             if last.module_out is not None:
                 return Value(module_out=last.module_out)
             return Value(module_out=TOP)
+        if full in _MODULE_LISTS:
+            return self._module_list(full, positional[0] if positional else None, env, depth)
         if full in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             inner = self.eval(positional[0], env, depth - 1) if positional else TOP
             return trained(inner).with_evidence(line, "an `nn.Parameter`: moved by training", learned=True)
@@ -1054,11 +1227,87 @@ class FileAnalysis:
             return out if out is not None else TOP
         return TOP
 
+    def _module_list(self, full: str, arg: Optional[cst.BaseExpression], env: Env, depth: int) -> Value:
+        """`nn.ModuleList([a, b])`, `nn.ModuleList([Block() for _ in range(n)])`,
+        `nn.ModuleDict({"policy": head, ...})`: the members, by index or key (unknown where
+        the argument is not written out)."""
+        if arg is None:
+            return Value(members=())
+        arg = strip_parens(arg)
+        members: List[Tuple[str, Value]] = []
+        if isinstance(arg, (cst.List, cst.Tuple)) and full.endswith("ModuleList"):
+            for i, el in enumerate(arg.elements):
+                if isinstance(el, cst.StarredElement):
+                    return TOP
+                members.append((str(i), self.eval(el.value, env, depth - 1)))
+        elif isinstance(arg, cst.ListComp) and full.endswith("ModuleList"):
+            inner = env.copy()
+            for name in _bound_inside(arg):
+                inner.vars[name] = TOP
+            # The same module built n times: one member stands for all (index any).
+            members.append(("*", self.eval(arg.elt, inner, depth - 1)))
+        elif isinstance(arg, cst.Dict) and full.endswith("ModuleDict"):
+            for el in arg.elements:
+                if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):
+                    return TOP
+                members.append((str(el.key.evaluated_value), self.eval(el.value, env, depth - 1)))
+        else:
+            return TOP
+        return Value(members=tuple(members))
+
     def _requires_grad(self, v: Value, keywords, line: int) -> Value:
         flag = keywords.get("requires_grad")
         if isinstance(flag, cst.Name) and flag.value == "True":
             return trained(v).with_evidence(line, "`requires_grad=True`: moved by training")
         return v
+
+
+def _join_members(members) -> Optional[Value]:
+    out: Optional[Value] = None
+    for _, v in members or ():
+        out = join(out, v)
+    return out
+
+
+def _self_targets(fn: cst.FunctionDef) -> Set[str]:
+    """The attributes a method assigns (`self.x = ...`, `self.x += ...`, `self.x: T = ...`)."""
+    found: Set[str] = set()
+
+    class Targets(cst.CSTVisitor):
+        def _note(self, target: cst.BaseExpression) -> None:
+            for t in [target] + ([e.value for e in target.elements] if isinstance(target, (cst.Tuple, cst.List)) else []):
+                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
+                    found.add(t.attr.value)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._note(node.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._note(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._note(node.target)
+
+    fn.visit(Targets())
+    return found
+
+
+def _bound_inside(node: cst.CSTNode):
+    """Names a comprehension or lambda binds (they shadow the function's)."""
+    if isinstance(node, cst.Lambda):
+        for p in node.params.params:
+            yield p.name.value
+        return
+    comp = getattr(node, "for_in", None)
+    while comp is not None:
+        stack = [comp.target]
+        while stack:
+            t = stack.pop()
+            if isinstance(t, cst.Name):
+                yield t.value
+            elif isinstance(t, (cst.Tuple, cst.List)):
+                stack.extend(e.value for e in t.elements)
+        comp = comp.inner_for_in
 
 
 __all__ = ["FileAnalysis", "Env", "join_env"]

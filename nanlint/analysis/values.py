@@ -62,6 +62,8 @@ class Value:
     module_out: Optional["Value"] = None
     # An instance of a class of this file (its name), for `model(x)` -> forward.
     instance_of: Optional[str] = None
+    # The modules an `nn.ModuleList` / `nn.ModuleDict` holds, by index or key ("0", "policy").
+    members: Optional[Tuple[Tuple[str, "Value"], ...]] = None
     # Where the facts came from, newest last.
     evidence: Tuple[Evidence, ...] = field(default=())
 
@@ -124,6 +126,7 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         trainable=a.trainable or b.trainable,
         module_out=_joined_module(a, b),
         instance_of=a.instance_of if a.instance_of == b.instance_of else None,
+        members=a.members if a.members == b.members else None,
         evidence=tuple(dict.fromkeys(a.evidence + b.evidence))[-4:],
     )
 

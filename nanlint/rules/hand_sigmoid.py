@@ -83,11 +83,16 @@ every `a`. The fix is offered where the numerator is `exp(a)` alone; where it is
 
 The DBNet differentiable binarization step `torch.reciprocal(1 + torch.exp(-k * (x - y)))`
 with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32 and yields NaN
-gradients as soon as it runs in float16.
+gradients as soon as it runs in float16. `nanlint verify` confirms it with those inputs where
+the file shows them (`fixtures/NAN101_dbnet_head.py`: x and y are the sigmoid maps `forward`
+passes to the step function, `self.k` the default `k=50` of `__init__`).
 
 An exponent the flow bounds is not reported: `exponent = torch.clamp(exponent, -50, 50)` in
 an earlier statement keeps `exp` finite in float32 (exp(50) = 5.2e21); where the code runs
-in float16 the bound must be below 11.09.
+in float16 the bound must be below 11.09. A bound that every caller of a helper applies
+counts only where the file's calls are all its calls (a private helper, a nested function,
+a method called as `self.m(...)`, a script): a public function of a package may be called
+from elsewhere with anything.
 """
     example = """\
 ```python
@@ -259,5 +264,5 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
             self,
             node,
             edits=edits,
-            probe=ctx.expression_probe(original, fixed),
+            probe=ctx.expression_probe(original, fixed, analysis.input_domains(ctx, node)),
         )

@@ -86,8 +86,11 @@ cross-entropy is NAN301's, which reports the whole expression once.
 The value-flow analysis follows a probability beyond the expression: a softmax or sigmoid
 returned by a method of the class (`p = self.probs(obs)` then `p.gather(...)`), a model
 whose `forward` ends in one (`model = Policy(...)`, `torch.log(model(obs))`), an
-`nn.Softmax`/`nn.Sigmoid` held in an attribute or closing an `nn.Sequential`, a helper
-function of the file; the message cites where the probability came from. Guards in other
+`nn.Softmax`/`nn.Sigmoid` held in an attribute, closing an `nn.Sequential` or held in an
+`nn.ModuleList`/`nn.ModuleDict`, a helper function of the file, or a parameter that the
+file's own calls pass a probability (`_nll(torch.softmax(x, -1))`, then `torch.log(p)` in
+`_nll`); the message cites where the probability came from ("softmax at line 11, passed as
+`p` at line 12"). Guards in other
 statements count: `x.clamp_(min=eps)`, `y[y == 0] = eps`, `q.masked_fill_(q <= 0, eps)`, a
 branch or assert that bounds the value, `0.98 * torch.sigmoid(z) + 0.01`.
 
@@ -96,8 +99,9 @@ value that reaches 0) moves the argument below 0 wherever `1 - p` is below eps, 
 once p rounds to 1, and log of a negative number is NaN. The unsafe fix adds the epsilon
 instead (`log(1 - p + eps)`), which is what the guard meant.
 
-Not reported: values with no visible origin (a function parameter, an attribute, a model
-output whose `forward` the file does not show: the rule does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
+Not reported: values with no visible origin (a function parameter that the file's calls say
+nothing about, an attribute, a model output whose `forward` the file does not show: the rule
+does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
 `softplus`, positive constants), and the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
 whose -inf entries are the point.
 """

@@ -1,0 +1,498 @@
+"""Parameter facts from the file's own call sites.
+
+A parameter of a function or method takes, as its entry value, the join of the argument
+values at the calls the file makes to it: positional and keyword arguments, the default where
+a call leaves the parameter out; `helper(a)`, `self.method(a, b)`, `obj.method(a)` where `obj`
+is an instance of a class of the file, `Cls(a)` for `__init__`. The argument is evaluated in
+the caller's environment at the call (itself seeded from its own callers), so a helper only
+ever called with a softmax output sees a probability: "softmax at line 12, passed as `p` at
+line 30".
+
+It is lazy and bounded: the callers' values are computed only when a rule asks about a value
+that may hold what a caller passed (a parameter, or a name the body assigns from one:
+`parameter_dependents`), the index of calls is built when a function first needs its entry
+(and not at all for a function the source names only in its definition), an entry is
+computed once per function (memoized), a call inside the function itself
+or in a function whose entry is being computed (recursion, mutual recursion) contributes the
+unknown value, and a function with more than `MAX_SITES` candidate calls gets no facts.
+`forward` (called as `module(x)`, which a name-based index cannot find) gets none either.
+
+Soundness policy. No false alarms comes first, and the file's calls are all the calls only
+where no caller outside the file is plausible. So a call-site join is used two ways:
+- To raise a hazard, or as a probe domain (inputs the code produces): always. A softmax
+  passed to a public helper is a softmax at that call, whoever else calls the helper.
+- To make a value safer than unknown (every caller clamps, passes a bounded value, a mask
+  that cannot be empty): only where the file's calls are all its calls. That is a private
+  name (`_helper`, a method of `_Cls`), a nested function, a method the file calls only as
+  `self.method(...)`, or any function of a script (a file with `if __name__ == "__main__":`,
+  or not in a package: no `__init__.py` beside it); and nothing else refers to it (passed as
+  a callback, stored, rebound: calls the index cannot see), and every candidate call was
+  resolved. Elsewhere (a public function of a package module) external callers may pass
+  anything, and the entry is the join of the unknown value with the calls' values: it keeps
+  what raises hazards (a reason for exact 0, float16, trainable) and drops every bound.
+Probes (`FileAnalysis(ctx, probing=True)`) trust the file's calls wherever the index sees them
+all (inputs the code produces), and a parameter the file never passes takes its default
+(`k=50`): that is the value the code runs with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+
+import libcst as cst
+
+from ..ops import split_args
+from .values import TOP, Value, join
+
+# More candidate calls than this: no facts (the join would cost more than it tells).
+MAX_SITES = 8
+# Decorators that keep a function's parameters as written.
+_KEEPS_SIGNATURE = ("staticmethod", "classmethod")
+
+
+class Site(NamedTuple):
+    call: cst.Call
+    stack: Tuple[cst.CSTNode, ...]  # the call's ancestors, the module first
+
+
+# Fields that hold layout (whitespace, commas, parentheses) or operators: never a call.
+_LAYOUT = re.compile(r"whitespace|^lpar$|^rpar$|comma|leading_lines|lines_after|header|footer|semicolon|"
+                     r"^colon$|^equal$|^star$|^dot$|operator|asynchronous|newline|^lbracket$|^rbracket$|"
+                     r"^lbrace$|^rbrace$")
+_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _fields(node: cst.CSTNode) -> Tuple[str, ...]:
+    kind = type(node)
+    found = _FIELDS.get(kind)
+    if found is None:
+        found = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(node) if not _LAYOUT.search(f.name))
+    return found
+
+
+def _children(node: cst.CSTNode):
+    """The child nodes that can hold code, in order."""
+    for name in _fields(node):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for child in value:
+                if isinstance(child, cst.CSTNode):
+                    yield child
+
+
+class _Index:
+    """Every call of the module by the name it calls (`f(...)`, `x.m(...)`), and the names
+    used otherwise (a callback, a stored reference: calls the index cannot see). A walk over
+    the node fields, not a CSTVisitor: a visitor rebuilds every node it passes."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.by_name: Dict[str, List[Site]] = {}
+        self.by_attr: Dict[str, List[Site]] = {}
+        self.name_refs: Set[str] = set()
+        self.attr_refs: Set[str] = set()
+        self.nested_in: Dict[int, cst.FunctionDef] = {}  # id(nested def) -> enclosing def
+        self._skip: Set[int] = set()
+        self._path: List[cst.CSTNode] = []
+        self._walk(module)
+
+    def _walk(self, node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.Import, cst.ImportFrom, cst.Annotation)):
+            return
+        self._note(node)
+        path = self._path
+        path.append(node)
+        for child in _children(node):
+            self._walk(child)
+        path.pop()
+
+    def _note(self, node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Call):
+            site = Site(node, tuple(self._path))
+            func = node.func
+            if isinstance(func, cst.Name):
+                self.by_name.setdefault(func.value, []).append(site)
+                self._skip.add(id(func))
+            elif isinstance(func, cst.Attribute):
+                self.by_attr.setdefault(func.attr.value, []).append(site)
+                self._skip.add(id(func))
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            self._skip.add(id(node.name))
+            if isinstance(node, cst.FunctionDef):
+                for outer in reversed(self._path):
+                    if isinstance(outer, cst.ClassDef):
+                        break
+                    if isinstance(outer, cst.FunctionDef):
+                        self.nested_in[id(node)] = outer
+                        break
+        elif isinstance(node, cst.Arg) and node.keyword is not None:
+            self._skip.add(id(node.keyword))
+        elif isinstance(node, cst.Attribute):
+            self._skip.add(id(node.attr))
+            if id(node) not in self._skip:
+                self.attr_refs.add(node.attr.value)
+        elif isinstance(node, cst.Name) and id(node) not in self._skip:
+            self.name_refs.add(node.value)
+
+
+def names_in(node: cst.CSTNode) -> Set[str]:
+    """The names and attribute chains (`x`, `self.k`) an expression or statement reads or
+    writes, nested functions and classes left out."""
+    found: Set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef, cst.Lambda)) and n is not node:
+            continue
+        if isinstance(n, cst.Name):
+            found.add(n.value)
+            continue
+        if isinstance(n, cst.Attribute):
+            chain = _chain(n)
+            if chain is not None:
+                found.add(chain)  # `self.k`: the chain, not `self` and `k` apart
+            else:
+                stack.append(n.value)  # `f(x).y`: what the base reads
+            continue
+        stack.extend(_children(n))
+    return found
+
+
+def _chain(node: cst.BaseExpression) -> Optional[str]:
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+def parameter_dependents(fn: cst.FunctionDef, method: bool = False) -> Set[str]:
+    """The parameters of `fn` and the names its body assigns from them, transitively
+    (`q = p * 2`, `for row in p:`, `x.add_(p)`): a value that may hold what a caller passed.
+    A method's `self` is the instance, not a value a call passes."""
+    p = fn.params
+    params = [q.name.value for q in list(p.posonly_params) + list(p.params) + list(p.kwonly_params)]
+    if method and params:
+        params = params[1:]
+    if isinstance(p.star_arg, cst.Param):
+        params.append(p.star_arg.name.value)
+    if p.star_kwarg is not None:
+        params.append(p.star_kwarg.name.value)
+    flows: List[Tuple[Set[str], Set[str]]] = []  # (targets, sources)
+    stack: List[cst.CSTNode] = [fn.body]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(n, cst.Assign):
+            flows.append((set().union(*(names_in(t.target) for t in n.targets)), names_in(n.value)))
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign)) and n.value is not None:
+            flows.append((names_in(n.target), names_in(n.value) | names_in(n.target)))
+        elif isinstance(n, (cst.For, cst.CompFor)):
+            flows.append((names_in(n.target), names_in(n.iter)))
+        elif isinstance(n, cst.WithItem) and n.asname is not None:
+            flows.append((names_in(n.asname.name), names_in(n.item)))
+        elif isinstance(n, cst.NamedExpr):
+            flows.append((names_in(n.target), names_in(n.value)))
+        elif isinstance(n, cst.Expr) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Attribute):
+            receiver = _chain(n.value.func.value)
+            if receiver is not None:  # `x.add_(p)`, `xs.append(p)`
+                flows.append(({receiver}, set().union(set(), *(names_in(a.value) for a in n.value.args))))
+        stack.extend(_children(n))
+    found = set(params)
+    changed = True
+    while changed:
+        changed = False
+        for targets, sources in flows:
+            if not targets <= found and _touches(sources, found):
+                found |= targets
+                changed = True
+    return found
+
+
+def _touches(names: Set[str], dependents: Set[str]) -> bool:
+    """Some name reads a dependent: itself, or an attribute of one (`p.shape`, `self.x.y`)."""
+    for name in names:
+        if name in dependents:
+            return True
+        parts = name.split(".")
+        if any(".".join(parts[:i]) in dependents for i in range(1, len(parts))):
+            return True
+    return False
+
+
+def depends_on_parameters(fn: cst.FunctionDef, expr: cst.BaseExpression, memo: Dict[int, Set[str]],
+                          method: bool = False) -> bool:
+    key = id(fn)
+    if key not in memo:
+        memo[key] = parameter_dependents(fn, method)
+    return _touches(names_in(expr), memo[key])
+
+
+def _is_script(fa) -> bool:
+    """A file nobody imports functions from: it runs as `__main__`, or it is not in a package."""
+    for stmt in fa.ctx.module.body:
+        if isinstance(stmt, cst.If) and "__name__" in fa.ctx.code(stmt.test) and "__main__" in fa.ctx.code(stmt.test):
+            return True
+    try:
+        return not (Path(fa.ctx.path).parent / "__init__.py").is_file()
+    except (OSError, ValueError):
+        return True
+
+
+def _enclosing_class(site: Site) -> Optional[str]:
+    return next((n.name.value for n in reversed(site.stack) if isinstance(n, cst.ClassDef)), None)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__")
+
+
+class CallSites:
+    """Entries of parameters from the calls of one file (see the module docstring)."""
+
+    def __init__(self, fa) -> None:
+        self.fa = fa
+        self._index: Optional[_Index] = None
+        self._script: Optional[bool] = None
+        self._entries: Dict[int, Optional[Dict[str, Value]]] = {}
+        self._words: Dict[str, int] = {}
+        self.computing: Set[int] = set()
+
+    @property
+    def index(self) -> _Index:
+        if self._index is None:
+            self._index = _Index(self.fa.ctx.module)
+        return self._index
+
+    @property
+    def script(self) -> bool:
+        if self._script is None:
+            self._script = _is_script(self.fa)
+        return self._script
+
+    # ------------------------------------------------------------------ entries
+    def entry(self, fn: cst.FunctionDef, plain: Dict[str, Value]) -> Optional[Dict[str, Value]]:
+        """The entry value of each parameter of `fn` from the file's calls, or None where the
+        calls tell nothing (no call, too many, `forward`). `plain` holds what a parameter is
+        without call sites (unknown; an `eps` is positive): an untrusted join keeps it."""
+        key = id(fn)
+        if key in self._entries:
+            return self._entries[key]
+        if key in self.computing:
+            return None
+        self.computing.add(key)
+        try:
+            found = self._entry(fn, plain)
+        finally:
+            self.computing.discard(key)
+        self._entries[key] = found
+        return found
+
+    def _entry(self, fn: cst.FunctionDef, plain: Dict[str, Value]) -> Optional[Dict[str, Value]]:
+        fa = self.fa
+        cls = fa.owner.get(id(fn))
+        name = fn.name.value
+        if cls is not None and name in ("forward", "__call__"):
+            return None
+        decorators = [fa.ctx.code(d.decorator) for d in fn.decorators]
+        if any(not (d in _KEEPS_SIGNATURE or d.startswith("torch.")) for d in decorators):
+            return None
+        params = self._params(fn, cls, decorators)
+        if params is None:
+            return None
+        found = self._sites(fn, cls, name)
+        if found is None:
+            return None
+        sites, resolved_all, via_self_only = found
+        probing = fa.probing
+        if not sites and not probing:
+            return None
+        # Probes trust the file's calls where the index sees them all (a function passed as
+        # a value is called where the index cannot see with what).
+        trusted = resolved_all and (probing or self._may_trust(fn, cls, name, via_self_only))
+        bound = [self._bind(site, params) for site in sites]
+        joined: Dict[str, Optional[Value]] = {}
+        for p in params:
+            pname = p.name.value
+            # The calls that make a hazard last: their evidence is the one a message cites.
+            values = sorted((b.get(pname, TOP) for b in bound), key=lambda v: (v.zero is not None, bool(v.prob)))
+            joined[pname] = None
+            for v in values:
+                joined[pname] = join(joined[pname], v)
+        if not sites:  # probing: the defaults are what the code runs with
+            for p in params:
+                joined[p.name.value] = self._default(p) if p.default is not None else TOP
+        out: Dict[str, Value] = {}
+        for pname, v in joined.items():
+            before = plain.get(pname, TOP)
+            if v is None or replace(v, evidence=()) == TOP:
+                v = before  # the calls tell nothing: what the parameter is without them
+            elif not trusted:
+                v = join(before, v) or TOP
+            out[pname] = v
+        if all(out[k] == plain.get(k, TOP) for k in out):
+            return None
+        return out
+
+    def _params(self, fn: cst.FunctionDef, cls: Optional[str], decorators: List[str]) -> Optional[List[cst.Param]]:
+        """The parameters a call binds, in order (`self` / `cls` left out)."""
+        p = fn.params
+        every = list(p.posonly_params) + list(p.params)
+        if cls is not None and "staticmethod" not in decorators:
+            if not every:
+                return None
+            every = every[1:]
+        return every + list(p.kwonly_params)
+
+    def _may_trust(self, fn: cst.FunctionDef, cls: Optional[str], name: str, via_self_only: bool) -> bool:
+        if self.script or id(fn) in self.index.nested_in:
+            return True
+        if cls is not None:
+            if _private(cls):
+                return True
+            if name == "__init__":
+                return False
+            return _private(name) or via_self_only
+        return _private(name)
+
+    def _mentions(self, word: str) -> int:
+        found = self._words.get(word)
+        if found is None:
+            found = self._words[word] = len(re.findall(r"(?<![\w.])" + re.escape(word) + r"\b", self.fa.ctx.source)) \
+                + len(re.findall(r"\." + re.escape(word) + r"\b", self.fa.ctx.source))
+        return found
+
+    def _sites(self, fn: cst.FunctionDef, cls: Optional[str], name: str):
+        """(sites, every candidate resolved and nothing else refers to it, all via self), or
+        None where there are too many candidates."""
+        # Named nowhere but in its own definition: no call, no reference (the index, a walk
+        # of the whole module, is not built for it).
+        if self._mentions(cls if name == "__init__" and cls is not None else name) <= 1:
+            return [], True, False
+        index = self.index
+        fa = self.fa
+        sites: List[Site] = []
+        resolved = True
+        via_self = True
+        if cls is None:
+            outer = index.nested_in.get(id(fn))
+            candidates = index.by_name.get(name, [])
+            if len(candidates) > MAX_SITES:
+                return None
+            for site in candidates:
+                if outer is not None and not any(n is outer for n in site.stack):
+                    continue
+                sites.append(site)
+            if name in index.name_refs:
+                resolved = False
+            return sites, resolved, False
+        if name == "__init__":
+            owners = [c for c in fa.classes if fa.method(c, "__init__") is fn]
+            candidates = [s for c in owners for s in index.by_name.get(c, [])]
+            for site in index.by_attr.get("__init__", []):
+                # `super().__init__(...)` in a subclass calls this one; in the class itself
+                # (or an unrelated one) it calls another `__init__`.
+                here = _enclosing_class(site)
+                receiver = site.call.func.value  # type: ignore[attr-defined]
+                is_super = isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) \
+                    and receiver.func.value == "super"
+                if not is_super:
+                    resolved = False
+                elif here is not None and here != cls and self._inherits(here, cls):
+                    candidates.append(site)
+            if len(candidates) > MAX_SITES:
+                return None
+            if any(c in index.name_refs for c in owners):
+                resolved = False
+            return candidates, resolved, False
+        candidates = index.by_attr.get(name, [])
+        if len(candidates) > MAX_SITES:
+            return None
+        if name in index.attr_refs:
+            resolved = False
+        for site in candidates:
+            receiver = site.call.func.value  # type: ignore[attr-defined]
+            if isinstance(receiver, cst.Name) and receiver.value == "self":
+                here = _enclosing_class(site)
+                if here is not None and (fa.method(here, name) is fn or self._inherits(cls, here)):
+                    sites.append(site)
+                continue
+            owner = self._receiver_class(site)
+            if owner is None:
+                resolved = False  # it may be this method, called with anything
+            elif fa.method(owner, name) is fn:
+                sites.append(site)
+                via_self = False
+        return sites, resolved, via_self and bool(sites)
+
+    def _inherits(self, cls: str, base: str) -> bool:
+        """`cls` is `base` or an in-file subclass of it (`self.m()` in the base dispatches to
+        the subclass's `m`)."""
+        seen = 0
+        while cls is not None and seen < 8:
+            if cls == base:
+                return True
+            node = self.fa.classes.get(cls)
+            nxt = None
+            if node is not None:
+                for b in node.bases:
+                    if isinstance(b.value, cst.Name) and b.value.value in self.fa.classes:
+                        nxt = b.value.value
+                        break
+            cls, seen = nxt, seen + 1
+        return False
+
+    def _receiver_class(self, site: Site) -> Optional[str]:
+        env = self._env(site)
+        if env is None:
+            return None
+        return self.fa.eval(site.call.func.value, env).instance_of  # type: ignore[attr-defined]
+
+    def _env(self, site: Site):
+        """The caller's environment at the call; None inside a function whose entry is being
+        computed (recursion: the unknown value stands for it)."""
+        fa = self.fa
+        caller = next((n for n in reversed(site.stack) if isinstance(n, cst.FunctionDef)), None)
+        if caller is not None and id(caller) in self.computing:
+            return None
+        return fa.env_at(site.stack + (site.call,))
+
+    def _bind(self, site: Site, params: List[cst.Param]) -> Dict[str, Value]:
+        fa = self.fa
+        env = self._env(site)
+        split = split_args(site.call.args)
+        if env is None or split is None:
+            return {}
+        positional, keywords = split
+        line = fa.token(site.call)
+        out: Dict[str, Value] = {}
+        names = [p.name.value for p in params]
+        for i, arg in enumerate(positional):
+            if i < len(names):
+                out[names[i]] = fa.eval(arg, env)
+        for key, arg in keywords.items():
+            if key in names:
+                out[key] = fa.eval(arg, env)
+        for pname in list(out):
+            out[pname] = out[pname].with_evidence(line, f"passed as `{pname}`")
+        for p in params:
+            if p.name.value not in out and p.default is not None:
+                out[p.name.value] = self._default(p)
+        return out
+
+    def _default(self, p: cst.Param) -> Value:
+        fa = self.fa
+        v = fa.eval(p.default, fa.ensure_module())
+        return v.with_evidence(fa.token(p), f"default `{p.name.value}={fa.ctx.code(p.default)}`")
+
+
+__all__ = ["CallSites", "MAX_SITES", "Site", "depends_on_parameters", "parameter_dependents", "names_in"]
