@@ -458,12 +458,18 @@ class ProjectIndex:
             found = self._displays[file] = display.replace(os.sep, "/")
         return found
 
+    def in_package(self, path: Path) -> bool:
+        """Whether an `__init__.py` sits beside the file (one listing per directory)."""
+        return "__init__.py" in self._files_in(str(self.normalize(path).parent))
+
     def dependency_fingerprint(self, path: Path) -> str:
         """What a file's cached result depends on outside the file: its direct own-module
         imports, by their summaries when a provider is plugged in (an edit that leaves a
-        summary alone invalidates nothing), else by their content; and the files that define
-        the names it takes from a package that re-exports them."""
+        summary alone invalidates nothing), else by their content; the files that define
+        the names it takes from a package that re-exports them; and whether it is in a
+        package (a script's own calls are all its calls, which the analysis trusts)."""
         digest = hashlib.sha256()
+        digest.update(b"package\0" if self.in_package(path) else b"script\0")
         deps = sorted(set(self.dependencies(path)) | set(self.reexports(path).values()))
         for dep in deps:
             digest.update(str(dep).encode("utf-8", "surrogateescape") + b"\0")

@@ -83,6 +83,25 @@ def test_an_edited_file_is_linted_again_and_only_it(tmp_path):
     assert [d.path for d in result.diagnostics] == ["b.py"]
 
 
+CLAMPED_CALLERS = (
+    "import torch\n\n\ndef mix(a):\n    return gate(a.clamp(-20.0, 20.0))\n\n\n"
+    "def gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
+)
+
+
+def test_becoming_part_of_a_package_is_part_of_the_key(tmp_path):
+    # In a script the file's calls are all the calls, so every caller's clamp bounds `gate`;
+    # once an __init__.py makes it a package module, callers elsewhere may pass anything.
+    project = make(tmp_path / "p", {"pyproject.toml": "", "m.py": CLAMPED_CALLERS})
+    assert lint(project, Cache(tmp_path / "c")).diagnostics == []
+    (project / "__init__.py").write_text("")
+    cache = Cache(tmp_path / "c")
+    found = [d for d in lint(project, cache).diagnostics if d.path.endswith("m.py")]
+    assert [d.code for d in found] == ["NAN101"] and cache.hits == 0
+    (project / "__init__.py").unlink()
+    assert lint(project, Cache(tmp_path / "c")).diagnostics == []
+
+
 def test_settings_and_nanlint_code_are_part_of_the_key(tmp_path, monkeypatch):
     project = make(tmp_path / "p", {"pyproject.toml": "", "a.py": HAZARD})
     lint(project, Cache(tmp_path / "c"))
