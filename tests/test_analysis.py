@@ -305,3 +305,16 @@ def test_only_values_that_may_hold_a_callers_argument_consult_the_calls():
     method = cst.parse_module("def m(self, x):\n    y = self.w * x\n").body[0]
     assert parameter_dependents(method, method=True) == {"x", "y"}
     assert not depends_on_parameters(method, cst.parse_expression("self.w.exp()"), {}, method=True)
+
+
+def test_a_join_cites_the_evidence_of_the_zero_reason_it_keeps():
+    from nanlint.analysis.values import Evidence, Value, join
+
+    softmax = Value(lo=0.0, hi=1.0, zero="a softmax output", evidence=(Evidence(3, "softmax"),))
+    sigmoid = Value(lo=0.0, hi=1.0, zero="a sigmoid output", evidence=(Evidence(5, "sigmoid"),))
+    clamped = Value(lo=1e-6, hi=1.0, nonzero=True, evidence=(Evidence(7, "clamp(min=1e-6)"),))
+    for a, b in ((softmax, sigmoid), (softmax, clamped), (clamped, sigmoid)):
+        both = join(a, b)
+        kept = a if a.zero else b
+        assert both.zero == kept.zero
+        assert both.evidence[-1] == kept.evidence[-1]

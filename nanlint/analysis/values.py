@@ -127,8 +127,15 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         module_out=_joined_module(a, b),
         instance_of=a.instance_of if a.instance_of == b.instance_of else None,
         members=a.members if a.members == b.members else None,
-        evidence=tuple(dict.fromkeys(a.evidence + b.evidence))[-4:],
+        evidence=_joined_evidence(a, b),
     )
+
+
+def _joined_evidence(a: Value, b: Value) -> Tuple[Evidence, ...]:
+    """Both sides' evidence, the side whose zero reason the join keeps last: messages cite
+    the last entries next to that reason ("a softmax output: softmax at line 3")."""
+    first, last = (b, a) if a.zero else (a, b)
+    return tuple(dict.fromkeys(first.evidence + last.evidence))[-4:]
 
 
 def _joined_module(a: Value, b: Value) -> Optional[Value]:
