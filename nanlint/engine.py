@@ -15,6 +15,7 @@ from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
 from .bounds import OutOfTime, nesting_error, run_deep
+from .triggers import firing
 from .text import split_lines
 
 SYNTAX_ERROR = "NAN001"
@@ -335,7 +336,7 @@ def _lint(path, source, rule_classes, precision, timeout, imported) -> LintResul
     if deep is not None:
         return LintResult([syntax_error(path, source, *deep)])
     if may_match(source):
-        rule_classes = [r for r in rule_classes if r.may_fire(source)]
+        rule_classes = firing(rule_classes, source)
     else:
         rule_classes = []
     if not rule_classes:
