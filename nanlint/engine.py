@@ -146,6 +146,7 @@ class _Walker:
         self._count = 0
         self.visits: Dict[str, List[Callable]] = {}
         self.leaves: Dict[str, List[Callable]] = {}
+        self._plans: Dict[type, Tuple] = {}
         for rule in rules:
             for attr in dir(rule):
                 if attr.startswith("visit_"):
@@ -181,34 +182,45 @@ class _Walker:
         doing = "building its fix or probe (the finding is kept without them)" if kept else "matching"
         ctx.internal_error(getattr(rule, "code", "?"), at, doing, exc)
 
+    def _plan(self, kind: type) -> Tuple:
+        """What the walk does at a node of type `kind`, looked up once per type."""
+        name = kind.__name__
+        plan = (_child_fields(kind), _ENTER.get(kind), self.visits.get(name),
+                self.leaves.get(name), _LEAVE.get(kind))
+        self._plans[kind] = plan
+        return plan
+
     def walk(self, node: cst.CSTNode) -> None:
         if self.deadline is not None:
             self._count += 1
             if self._count % self._CLOCK_EVERY == 0 and time.monotonic() > self.deadline:
                 raise OutOfTime()
         kind = type(node)
-        name = kind.__name__
+        plan = self._plans.get(kind)
+        if plan is None:
+            plan = self._plan(kind)
+        fields, enter, visits, leaves, leave = plan
         ctx = self.ctx
         ctx.stack.append(node)
-        enter = _ENTER.get(kind)
         if enter is not None:
             enter(ctx, node)
-        handlers = self.visits.get(name)
-        if handlers:
-            self._call(handlers, node)
-        for field_name in _child_fields(kind):
+        if visits:
+            self._call(visits, node)
+        node_types = _NODE_TYPES
+        for field_name in fields:
             value = getattr(node, field_name)
             vtype = type(value)
             if vtype is list or vtype is tuple:
                 for item in value:
-                    if _is_node(type(item)):
+                    is_node = node_types.get(type(item))
+                    if is_node or (is_node is None and _is_node(type(item))):
                         self.walk(item)
-            elif _is_node(vtype):
-                self.walk(value)
-        handlers = self.leaves.get(name)
-        if handlers:
-            self._call(handlers, node)
-        leave = _LEAVE.get(kind)
+            else:
+                is_node = node_types.get(vtype)
+                if is_node or (is_node is None and _is_node(vtype)):
+                    self.walk(value)
+        if leaves:
+            self._call(leaves, node)
         if leave is not None:
             leave(ctx, node)
         ctx.stack.pop()
