@@ -106,8 +106,9 @@ class Cache:
 
     # -- storage ------------------------------------------------------------------------
 
-    def _entry_path(self, kind: str, slot: str) -> Path:
-        return self.directory / f"v{FORMAT}" / kind / slot[:2] / f"{slot}.json"
+    def _entry_path(self, kind: str, slot: str) -> str:
+        # A string, not a Path: a warm run builds one per file and pathlib joins are slow.
+        return os.path.join(self.directory, f"v{FORMAT}", kind, slot[:2], f"{slot}.json")
 
     def load(self, slot: str, key: str) -> Optional[Dict[str, Any]]:
         data = self._read(self._entry_path("results", slot))
@@ -132,10 +133,10 @@ class Cache:
         entry = {"content": content_hash, "provider": f"{provider}@{code_fingerprint()}", "summary": summary}
         self._write(self._entry_path("summaries", _hash(os.path.abspath(path))), entry)
 
-    def _read(self, path: Path) -> Optional[Dict[str, Any]]:
+    def _read(self, path: str) -> Optional[Dict[str, Any]]:
         try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
+            with open(path, "rb") as handle:
+                data = json.loads(handle.read())  # bytes: JSON is UTF-8, no text layer
         except (OSError, ValueError):
             return None  # missing, unreadable or damaged: a miss, never an error
         return data if isinstance(data, dict) else None
@@ -154,12 +155,12 @@ class Cache:
             self._broken = True
         return self._ready
 
-    def _write(self, path: Path, data: Dict[str, Any]) -> None:
+    def _write(self, path: str, data: Dict[str, Any]) -> None:
         if not self._prepare():
             return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, json.dumps(data, separators=(",", ":")), "utf-8", durable=False)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_atomic(Path(path), json.dumps(data, separators=(",", ":")), "utf-8", durable=False)
         except (OSError, TypeError, ValueError):
             pass  # a cache that cannot be written costs speed, never a result
 
