@@ -27,6 +27,7 @@ class Rule:
     default_enabled: ClassVar[bool] = True
     # A regex that any file this rule can fire on must contain (e.g. r"\bexp\b"): the
     # engine runs the rule only on such files and skips parsing files no rule can match.
+    # Write it naturally: triggers.py searches a leading `\bword` from the word itself.
     # None: always run.
     triggers: ClassVar[Optional[str]] = None
 
