@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import __version__
 from .diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput
 from .files import write_atomic
+from .project import ImportRef
 
 CACHE_DIR_NAME = ".nanlint_cache"
 ENV_VAR = "NANLINT_CACHE_DIR"
@@ -106,19 +107,33 @@ class Cache:
 
     # -- storage ------------------------------------------------------------------------
 
-    def _entry_path(self, kind: str, slot: str) -> Path:
-        return self.directory / f"v{FORMAT}" / kind / slot[:2] / f"{slot}.json"
+    def _entry_path(self, kind: str, slot: str) -> str:
+        # A string, not a Path: a warm run builds one per file and pathlib joins are slow.
+        return os.path.join(self.directory, f"v{FORMAT}", kind, slot[:2], f"{slot}.json")
 
     def load(self, slot: str, key: str) -> Optional[Dict[str, Any]]:
-        data = self._read(self._entry_path("results", slot))
-        if data is not None and data.get("key") == key and isinstance(data.get("result"), dict):
+        return self.result_of(self.entry(slot), key)
+
+    def entry(self, slot: str) -> Optional[Dict[str, Any]]:
+        """A slot's entry as stored, whatever its key (None: none readable)."""
+        return self._read(self._entry_path("results", slot))
+
+    def result_of(self, entry: Optional[Dict[str, Any]], key: str) -> Optional[Dict[str, Any]]:
+        """The result an entry holds for `key` (counted as a hit), else None (a miss)."""
+        if entry is not None and entry.get("key") == key and isinstance(entry.get("result"), dict):
             self.hits += 1
-            return data["result"]
+            return entry["result"]
         self.misses += 1
         return None
 
-    def store(self, slot: str, key: str, result: Dict[str, Any]) -> None:
-        self._write(self._entry_path("results", slot), {"key": key, "result": result})
+    def store(self, slot: str, key: str, result: Dict[str, Any],
+              scanned: Optional[Tuple[str, List[ImportRef]]] = None) -> None:
+        """`scanned`: (content hash, imports) of the file's bytes, for `imports_of_entry`."""
+        entry: Dict[str, Any] = {"key": key, "result": result}
+        if scanned is not None:
+            entry["content"] = scanned[0]
+            entry["imports"] = [[r.level, r.module, list(r.names)] for r in scanned[1]]
+        self._write(self._entry_path("results", slot), entry)
 
     def load_summary(self, path: Path, content_hash: str, provider: str) -> Tuple[bool, Any]:
         """(found, summary) for a file's bytes and a summary provider."""
@@ -132,10 +147,10 @@ class Cache:
         entry = {"content": content_hash, "provider": f"{provider}@{code_fingerprint()}", "summary": summary}
         self._write(self._entry_path("summaries", _hash(os.path.abspath(path))), entry)
 
-    def _read(self, path: Path) -> Optional[Dict[str, Any]]:
+    def _read(self, path: str) -> Optional[Dict[str, Any]]:
         try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
+            with open(path, "rb") as handle:
+                data = json.loads(handle.read())  # bytes: JSON is UTF-8, no text layer
         except (OSError, ValueError):
             return None  # missing, unreadable or damaged: a miss, never an error
         return data if isinstance(data, dict) else None
@@ -154,14 +169,26 @@ class Cache:
             self._broken = True
         return self._ready
 
-    def _write(self, path: Path, data: Dict[str, Any]) -> None:
+    def _write(self, path: str, data: Dict[str, Any]) -> None:
         if not self._prepare():
             return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, json.dumps(data, separators=(",", ":")), "utf-8", durable=False)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_atomic(Path(path), json.dumps(data, separators=(",", ":")), "utf-8", durable=False)
         except (OSError, TypeError, ValueError):
             pass  # a cache that cannot be written costs speed, never a result
+
+
+def imports_of_entry(entry: Optional[Dict[str, Any]], content_hash: str) -> Optional[List[ImportRef]]:
+    """The imports scanned from the bytes an entry was stored for, when they are the bytes
+    hashing to `content_hash` (a warm run then scans no file for its imports), else None."""
+    if entry is None or entry.get("content") != content_hash:
+        return None
+    try:
+        return [ImportRef(int(level), str(module), tuple(str(n) for n in names))
+                for level, module, names in entry["imports"]]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 # -- diagnostics as JSON data ---------------------------------------------------------------

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Type
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -96,20 +97,29 @@ class Settings:
         """Whether `path` matches an exclude pattern. With `below` (a directory named on
         the command line), only the part of the path under it counts: `nanlint gen/` lints
         `gen/` even when `gen` is excluded."""
-        patterns = self.exclude + self.extend_exclude
+        patterns = tuple(self.exclude + self.extend_exclude)
         rel = self._relative(path)
         skip = 0
         if below is not None:
-            base = self._relative(below).rstrip("/")
+            base = self._relative(below, resolved=self._resolved(below)).rstrip("/")
             if base not in ("", ".") and rel.startswith(base + "/"):
                 skip = len(base.split("/"))
-        return any(_glob_match(rel, path.name, p, skip) for p in patterns)
+        return _glob_match(rel, path.name, patterns, skip)
 
-    def _relative(self, path: Path) -> str:
+    def _relative(self, path: Path, resolved: Optional[Path] = None) -> str:
         try:
-            return safe_resolve(path).relative_to(safe_resolve(self.root)).as_posix()
+            return (resolved or safe_resolve(path)).relative_to(self._resolved(self.root)).as_posix()
         except ValueError:
             return path.as_posix()
+
+    def _resolved(self, directory: Path) -> Path:
+        """The root (or a directory named on the command line) resolved once per run: a
+        walk asks about every file and folder under it."""
+        memo = self.__dict__.setdefault("_resolved_dirs", {})
+        found = memo.get(directory)
+        if found is None:
+            found = memo[directory] = safe_resolve(directory)
+        return found
 
     def rules_for(self, path: Path, selected: Sequence[Type[Rule]]) -> List[Type[Rule]]:
         if not self.per_file_ignores:
@@ -117,7 +127,7 @@ class Settings:
         rel = self._relative(path)
         ignored: List[str] = []
         for pattern, codes in self.per_file_ignores.items():
-            if _glob_match(rel, path.name, pattern):
+            if _glob_match(rel, path.name, (pattern,)):
                 ignored.extend(codes)
         return [r for r in selected if not _matches_any(r.code, ignored, exact_for_off=False)]
 
@@ -130,17 +140,28 @@ def safe_resolve(path: Path) -> Path:
         return Path(os.path.abspath(path))
 
 
-def _glob_match(rel: str, name: str, pattern: str, skip: int = 0) -> bool:
-    pattern = pattern.rstrip("/")
-    if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(rel, pattern):
+def _glob_match(rel: str, name: str, patterns: Tuple[str, ...], skip: int = 0) -> bool:
+    """Whether any of `patterns` matches the path (`rel`, whose last part is `name`)."""
+    match = _glob_matcher(patterns)
+    if match(name) or match(rel):
         return True
     # A pattern matches a path below it too: `fixtures` excludes `fixtures/a.py`
     # (but not when `fixtures` is among the first `skip` parts: the directory named).
     parts = rel.split("/")
     for i in range(skip + 1, len(parts)):
-        if fnmatch.fnmatch("/".join(parts[:i]), pattern) or fnmatch.fnmatch(parts[i - 1], pattern):
+        if match("/".join(parts[:i])) or match(parts[i - 1]):
             return True
     return False
+
+
+@functools.lru_cache(maxsize=64)
+def _glob_matcher(patterns: Tuple[str, ...]) -> Callable[[str], bool]:
+    """`fnmatch.fnmatch(text, p)` for any p of `patterns` (a trailing "/" ignored), as one
+    regex: the walk tests every file and folder against every exclude."""
+    if not patterns:
+        return lambda text: False
+    regex = re.compile("|".join(fnmatch.translate(os.path.normcase(p.rstrip("/"))) for p in patterns))
+    return lambda text: regex.match(os.path.normcase(text)) is not None
 
 
 def _matches_any(code: str, selectors: Sequence[str], exact_for_off: bool, off: bool = False) -> bool:

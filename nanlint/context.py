@@ -102,8 +102,11 @@ class Imports:
     def __init__(self) -> None:
         # `torch` is torch even in a snippet that forgot the import.
         self.names: Dict[str, str] = {"torch": "torch"}
+        # Bumped by every import read: what a name means may have changed.
+        self.version = 0
 
     def add(self, node: cst.CSTNode) -> None:
+        self.version += 1
         if isinstance(node, cst.Import):
             for alias in node.names:
                 full = dotted_name(alias.name)
@@ -171,6 +174,8 @@ class FileContext:
         self._blocks: Optional[Dict[int, Sequence[cst.CSTNode]]] = None
         # The analysis's memo of node code (analysis.flow._code), dropped with the file.
         self.node_codes: Dict[int, Tuple[cst.CSTNode, str]] = {}
+        self._ops: Dict[int, Tuple[cst.CSTNode, Optional[Op]]] = {}
+        self._ops_version = -1
         self._top_level_names: Optional[Set[str]] = None
         self._comments: Optional[List[Tuple[int, int, str]]] = None
         # Constants a probe can use: `self.k = 50` in a class, `K = 50` at module level.
@@ -193,9 +198,20 @@ class FileContext:
         return self.imports.qualname(node)
 
     def op(self, node: Optional[cst.CSTNode]) -> Optional[Op]:
+        """The op `node` performs (ops.match_op), memoized: several rules ask about each
+        call. An import read since (a function-level import) empties the memo."""
         if node is None:
             return None
-        return match_op(node, self.imports.qualname)
+        if self._ops_version != self.imports.version:
+            self._ops.clear()
+            self._ops_version = self.imports.version
+        known = self._ops.get(id(node))
+        if known is not None and known[0] is node:
+            return known[1]
+        found = match_op(node, self.imports.qualname)
+        # The node is kept with its op so that its id cannot be reused by another node.
+        self._ops[id(node)] = (node, found)
+        return found
 
     @property
     def scope(self) -> Scope:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import symtable
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
@@ -15,6 +16,7 @@ from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
 from .bounds import OutOfTime, nesting_error, run_deep
+from .triggers import firing
 from .text import split_lines
 
 SYNTAX_ERROR = "NAN001"
@@ -44,6 +46,18 @@ class LintResult:
 def may_match(source: str) -> bool:
     """Every rule concerns torch code: a file that never says "torch" is skipped unparsed."""
     return "torch" in source
+
+
+def _python_accepts(source: str) -> bool:
+    """Whether Python's parser accepts `source`. Through `symtable`, which parses to the
+    interpreter's internal tree without building `ast` objects (~40% cheaper than
+    `compile(..., PyCF_ONLY_AST)`); it also rejects a few scoping errors the parser lets
+    through, which only sends such a file down the slower, exact path."""
+    try:
+        symtable.symtable(source, "<nanlint>", "exec")
+    except Exception:  # SyntaxError, RecursionError, MemoryError, ValueError
+        return False
+    return True
 
 
 def _python_syntax_error(source: str) -> Optional[Tuple[int, int, str]]:
@@ -132,6 +146,7 @@ class _Walker:
         self._count = 0
         self.visits: Dict[str, List[Callable]] = {}
         self.leaves: Dict[str, List[Callable]] = {}
+        self._plans: Dict[type, Tuple] = {}
         for rule in rules:
             for attr in dir(rule):
                 if attr.startswith("visit_"):
@@ -167,34 +182,45 @@ class _Walker:
         doing = "building its fix or probe (the finding is kept without them)" if kept else "matching"
         ctx.internal_error(getattr(rule, "code", "?"), at, doing, exc)
 
+    def _plan(self, kind: type) -> Tuple:
+        """What the walk does at a node of type `kind`, looked up once per type."""
+        name = kind.__name__
+        plan = (_child_fields(kind), _ENTER.get(kind), self.visits.get(name),
+                self.leaves.get(name), _LEAVE.get(kind))
+        self._plans[kind] = plan
+        return plan
+
     def walk(self, node: cst.CSTNode) -> None:
         if self.deadline is not None:
             self._count += 1
             if self._count % self._CLOCK_EVERY == 0 and time.monotonic() > self.deadline:
                 raise OutOfTime()
         kind = type(node)
-        name = kind.__name__
+        plan = self._plans.get(kind)
+        if plan is None:
+            plan = self._plan(kind)
+        fields, enter, visits, leaves, leave = plan
         ctx = self.ctx
         ctx.stack.append(node)
-        enter = _ENTER.get(kind)
         if enter is not None:
             enter(ctx, node)
-        handlers = self.visits.get(name)
-        if handlers:
-            self._call(handlers, node)
-        for field_name in _child_fields(kind):
+        if visits:
+            self._call(visits, node)
+        node_types = _NODE_TYPES
+        for field_name in fields:
             value = getattr(node, field_name)
             vtype = type(value)
             if vtype is list or vtype is tuple:
                 for item in value:
-                    if _is_node(type(item)):
+                    is_node = node_types.get(type(item))
+                    if is_node or (is_node is None and _is_node(type(item))):
                         self.walk(item)
-            elif _is_node(vtype):
-                self.walk(value)
-        handlers = self.leaves.get(name)
-        if handlers:
-            self._call(handlers, node)
-        leave = _LEAVE.get(kind)
+            else:
+                is_node = node_types.get(vtype)
+                if is_node or (is_node is None and _is_node(vtype)):
+                    self.walk(value)
+        if leaves:
+            self._call(leaves, node)
         if leave is not None:
             leave(ctx, node)
         ctx.stack.pop()
@@ -331,17 +357,17 @@ def _lint(path, source, rule_classes, precision, timeout, imported) -> LintResul
         row = source.count("\n", 0, nul) + 1
         col = nul - (source.rfind("\n", 0, nul) + 1) + 1
         return LintResult([syntax_error(path, source, row, col, "source code cannot contain null bytes")])
+    rule_classes = firing(rule_classes, source) if may_match(source) else []
+    if not rule_classes and _python_accepts(source):
+        # Nothing can fire and Python's parser (an order of magnitude faster than LibCST)
+        # accepts the file: nothing to report, and no need to scan its brackets.
+        return LintResult([])
     deep = nesting_error(source)
     if deep is not None:
         return LintResult([syntax_error(path, source, *deep)])
-    if may_match(source):
-        rule_classes = [r for r in rule_classes if r.may_fire(source)]
-    else:
-        rule_classes = []
     if not rule_classes:
-        # Nothing can fire: skip LibCST unless Python's parser (an order of magnitude
-        # faster) rejects the file; then LibCST decides (it reads newer syntax than the
-        # running Python does), and Python's message words the error.
+        # Python rejects the file: LibCST decides (it reads newer syntax than the running
+        # Python does), and Python's message words the error.
         found = _python_syntax_error(source)
         if found is not None and _libcst_parses(source):
             found = None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
-from .cache import Cache, result_from_data, result_to_data
+from .cache import Cache, imports_of_entry, result_from_data, result_to_data
 from .config import Settings, relative_display, select_rules
 from .diagnostics import Diagnostic
 from .engine import io_error, lint_source
@@ -47,6 +47,7 @@ def run(
     index = ProjectIndex(summarize, summary_cache=cache)
     cache_dir = str(cache.directory) if cache is not None else None
     tasks = []
+    entries: Dict[int, Tuple[str, Optional[Dict]]] = {}  # task index -> (cache slot, its entry)
     for i, path in enumerate(files):
         task = FileTask(i, str(path), relative_display(path), tuple(settings.rules_for(path, rules)))
         try:
@@ -55,7 +56,14 @@ def run(
             pass  # reported when the file is linted
         else:
             task.size = len(data)
-            index.note_content(path, data)
+            imports = None
+            if cache is not None:
+                # The entry is read once, here: it holds the result and, for unchanged
+                # bytes, their imports (scanning every file is most of a warm run).
+                slot = Cache.slot(path, task.display, [[r.code for r in task.rules], settings.precision])
+                entries[i] = (slot, cache.entry(slot))
+                imports = imports_of_entry(entries[i][1], hashlib.sha256(data).hexdigest())
+            index.note_content(path, data, imports)
         tasks.append(task)
 
     outcomes: Dict[int, FileOutcome] = {}
@@ -73,10 +81,14 @@ def run(
         if cache is None or content is None:
             todo.append(task)
             continue
-        slot = Cache.slot(path, task.display, [[r.code for r in task.rules], settings.precision])
+        found = entries.get(task.index)
+        if found is None:  # unreadable a moment ago: no entry read yet
+            slot = Cache.slot(path, task.display, [[r.code for r in task.rules], settings.precision])
+            found = (slot, cache.entry(slot))
+        slot, entry = found
         dependencies = index.dependency_fingerprint(path)
         keys[task.index] = (slot, dependencies)
-        cached = cache.load(slot, Cache.key(slot, content, dependencies))
+        cached = cache.result_of(entry, Cache.key(slot, content, dependencies))
         diagnostics = result_from_data(cached) if cached is not None else None
         if diagnostics is not None and not (
             (fix or diff) and any(d.is_fixable(unsafe_fixes) for d in diagnostics)
@@ -94,7 +106,9 @@ def run(
             if bar is not None:
                 bar.update(1)
             if cache is not None and outcome.index in keys and outcome.cacheable:
-                _remember(cache, keys[outcome.index], outcome, diff)
+                path = Path(tasks[outcome.index].path)
+                _remember(cache, keys[outcome.index], outcome, diff,
+                          (index.content_hash(path), index.imports_of(path)))
     finally:
         if bar is not None:
             bar.close()
@@ -182,9 +196,11 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def _remember(cache: Cache, key: Tuple[str, str], outcome: FileOutcome, diff: bool) -> None:
+def _remember(cache: Cache, key: Tuple[str, str], outcome: FileOutcome, diff: bool,
+              scanned: Tuple[Optional[str], list]) -> None:
     """Store a file's diagnostics under the content they describe: the written content after
-    --fix; nothing after a --diff that would change the file (they describe unwritten text)."""
+    --fix; nothing after a --diff that would change the file (they describe unwritten text).
+    `scanned`: the content hash and imports the index read; kept when they are of that content."""
     slot, dependencies = key
     if outcome.written_hash is not None:
         content = outcome.written_hash
@@ -194,7 +210,8 @@ def _remember(cache: Cache, key: Tuple[str, str], outcome: FileOutcome, diff: bo
         content = outcome.content_hash
     if content is None:
         return
-    cache.store(slot, Cache.key(slot, content, dependencies), result_to_data(outcome.result.diagnostics))
+    cache.store(slot, Cache.key(slot, content, dependencies), result_to_data(outcome.result.diagnostics),
+                scanned=(content, scanned[1]) if scanned[0] == content else None)
 
 
 def unified_diff(display: str, before: str, after: str) -> str:

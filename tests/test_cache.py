@@ -102,6 +102,27 @@ def test_becoming_part_of_a_package_is_part_of_the_key(tmp_path):
     assert lint(project, Cache(tmp_path / "c")).diagnostics == []
 
 
+def test_a_warm_run_takes_each_unchanged_files_imports_from_its_entry(tmp_path, monkeypatch):
+    import nanlint.project
+
+    files = {"pyproject.toml": "", "pkg/__init__.py": "", "pkg/nets.py": HAZARD,
+             "pkg/train.py": "from .nets import gate\nimport torch\n" + HAZARD}
+    project = make(tmp_path / "p", files)
+    lint(project, Cache(tmp_path / "c"))
+    scanned = []
+    real_scan = nanlint.project.scan_imports
+    monkeypatch.setattr(nanlint.project, "scan_imports", lambda data: scanned.append(data) or real_scan(data))
+    warm = Cache(tmp_path / "c")
+    lint(project, warm)
+    assert scanned == [] and (warm.hits, warm.misses) == (3, 0)
+    # An edited file is scanned again, and its importer is linted again through the import.
+    (project / "pkg" / "nets.py").write_text(CLEAN)
+    edited = Cache(tmp_path / "c")
+    result = lint(project, edited)
+    assert scanned == [CLEAN.encode()] and (edited.hits, edited.misses) == (1, 2)
+    assert [d.path for d in result.diagnostics] == ["pkg/train.py"]
+
+
 def test_settings_and_nanlint_code_are_part_of_the_key(tmp_path, monkeypatch):
     project = make(tmp_path / "p", {"pyproject.toml": "", "a.py": HAZARD})
     lint(project, Cache(tmp_path / "c"))

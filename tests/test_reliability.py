@@ -222,6 +222,22 @@ def test_python_312_syntax_is_not_a_syntax_error(cli, tmp_path, head):
     assert result.code == 0 and "NAN001" not in result.out
 
 
+@pytest.mark.parametrize("head", ["", "import torch\n"])
+def test_a_scoping_error_python_compiles_is_not_a_syntax_error(head):
+    # `symtable` (the fast check of files no rule can fire on) rejects these; the parser,
+    # LibCST and so nanlint accept them, as before.
+    for body in ("nonlocal x\n", "def f(a, a):\n    return a\n", "def g():\n    x = 1\n    global x\n"):
+        assert lint_source("m.py", head + body, all_rules()).diagnostics == []
+
+
+@pytest.mark.parametrize("head", ["", "import torch\n"])
+def test_a_file_no_rule_can_fire_on_still_gets_its_syntax_error(head):
+    result = lint_source("m.py", head + "x = (1,\ny = 2\n", all_rules())
+    assert [(d.code, d.start.row, d.start.column, d.message) for d in result.diagnostics] == [
+        ("NAN001", 1 + bool(head), 5, "SyntaxError: '(' was never closed (the file was not linted)")
+    ]
+
+
 def test_nul_byte_error_points_at_the_byte(cli, tmp_path):
     write(tmp_path / "m.py", "import torch\nx = 1\ny = 'a\0b'\n")
     assert "m.py:3:7: NAN001 SyntaxError: source code cannot contain null bytes" in cli("m.py").out

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar, Optional, Tuple
 
 from ..diagnostics import SAFE, UNSAFE  # noqa: F401  (re-exported for rule modules)
+from ..triggers import trigger
 
 
 class Rule:
@@ -27,6 +27,7 @@ class Rule:
     default_enabled: ClassVar[bool] = True
     # A regex that any file this rule can fire on must contain (e.g. r"\bexp\b"): the
     # engine runs the rule only on such files and skips parsing files no rule can match.
+    # Write it naturally: triggers.py searches a leading `\bword` from the word itself.
     # None: always run.
     triggers: ClassVar[Optional[str]] = None
 
@@ -45,17 +46,23 @@ class Rule:
     references: ClassVar[Tuple[str, ...]] = ()
 
     @classmethod
+    def has_hooks(cls) -> bool:
+        """Whether the rule matches anything (the engine's own findings, NAN001 and NAN002,
+        are rules without hooks)."""
+        known = cls.__dict__.get("_has_hooks")
+        if known is None:
+            known = any(a.startswith(("visit_", "leave_")) for a in dir(cls))
+            cls._has_hooks = known
+        return known
+
+    @classmethod
     def may_fire(cls, source: str) -> bool:
         """Whether this rule can report anything on `source` (hooks present, triggers met)."""
-        if not any(a.startswith(("visit_", "leave_")) for a in dir(cls)):
-            return False  # the engine's own findings (NAN001, NAN002)
+        if not cls.has_hooks():
+            return False
         if cls.triggers is None:
             return True
-        pattern = cls.__dict__.get("_trigger_re")
-        if pattern is None:
-            pattern = re.compile(cls.triggers)
-            cls._trigger_re = pattern
-        return pattern.search(source) is not None
+        return trigger(cls.triggers).search(source)
 
     @classmethod
     def fixable(cls) -> bool:
