@@ -144,6 +144,41 @@ def test_from_stdin(project, capsys, monkeypatch):
     assert code == 0 and "possible" in out
 
 
+def test_from_verifies_every_finding_in_the_file_unless_the_command_line_narrows_it(project, capsys):
+    # The file was made with rules the config does not select (as `check --select ALL` would):
+    # all of them are verified; a --select on the verify command line narrows, and says so.
+    _, findings, _ = run(["check", "model.py", "--select", "NAN101,NAN107,NAN201", "--output-format", "json"], capsys)
+    codes = sorted({f["code"] for f in json.loads(findings)})
+    (project / "pyproject.toml").write_text('[tool.nanlint]\nselect = ["NAN101"]\n')
+    (project / "findings.json").write_text(findings)
+    _, out, err = run(["verify", "--from", "findings.json", "--output-format", "json"], capsys)
+    assert sorted({f["code"] for f in json.loads(out)["findings"]}) == codes and len(codes) > 1
+    assert "not verified" not in err
+    _, out, err = run(["verify", "--from", "findings.json", "--select", "NAN101", "--output-format", "json"], capsys)
+    assert {f["code"] for f in json.loads(out)["findings"]} == {"NAN101"}
+    left = sum(1 for f in json.loads(findings) if f["code"] != "NAN101")
+    assert f"nanlint: {left} finding{'s' if left != 1 else ''} in findings.json not verified: their rules are not selected" in err
+
+
+def test_a_finding_without_a_probe_is_named_in_the_text_output(tmp_path, capsys, monkeypatch):
+    # NAN123 (a std over a batch that can hold one sample) has no probe: a batch of one is
+    # not an input the verifier can draw. The text output names it, not only counts it.
+    (tmp_path / "stats.py").write_text(
+        "import torch\n\n\ndef summarize(loader):\n"
+        "    for batch in torch.utils.data.DataLoader(loader, batch_size=32):\n"
+        "        print(batch.std(dim=0))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    _, findings, _ = run(["check", "stats.py", "--select", "NAN123", "--output-format", "json"], capsys)
+    found = json.loads(findings)
+    assert [f["code"] for f in found] == ["NAN123"] and found[0].get("probe") is None
+    (tmp_path / "f.json").write_text(findings)
+    code, out, _ = run(["verify", "--from", "f.json"], capsys)
+    row, col = found[0]["location"]["row"], found[0]["location"]["column"]
+    assert f"stats.py:{row}:{col}: NAN123 not verified: its rule gives no probe" in out
+    assert out.rstrip().endswith("1 finding without a probe not verified.")
+
+
 def test_select_and_ignore(project, capsys):
     _, out, _ = run(["verify", "model.py", "--ignore", "NAN101"], capsys)
     assert "NAN101" not in out.split("Verified")[0]

@@ -27,7 +27,9 @@ from . import INSTALL_HINT
                    "instead of linting; PATHS then only name where the report may quote source lines from.")
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
               help="Where to run: auto is CUDA when torch sees a GPU, else the CPU.")
-@click.option("--select", metavar="CODES", help="Comma-separated codes or prefixes to verify (as in check).")
+@click.option("--select", metavar="CODES", help="Comma-separated codes or prefixes to verify (as in check). "
+                                                 "With --from, every finding in the file is verified unless "
+                                                 "--select, --extend-select or --ignore is given.")
 @click.option("--extend-select", metavar="CODES", help="Codes or prefixes to add to the selection.")
 @click.option("--ignore", metavar="CODES", help="Codes or prefixes to skip.")
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
@@ -84,7 +86,15 @@ def verify_command(
         linted = lint_findings(paths, settings)
         diagnostics = linted.diagnostics
         errors.extend(linted.errors)
-    diagnostics = selected(diagnostics, settings)
+    # A findings file holds what `check` was asked for (`--select ALL` included): verify all
+    # of it, unless this command line narrows it; the config's selection made the file.
+    if from_file is None or (select, extend_select, ignore) != (None, None, None):
+        chosen = selected(diagnostics, settings)
+        if from_file is not None and len(chosen) < len(diagnostics):
+            left = len(diagnostics) - len(chosen)
+            click.echo(f"nanlint: {left} finding{'s' if left != 1 else ''} in {from_file} not verified: "
+                       "their rules are not selected", err=True)
+        diagnostics = chosen
 
     from .contexts import resolve_device
     from .report_text import render_json, render_text

@@ -43,6 +43,9 @@ def render_text(outcome: Outcome) -> str:
         d = r.diagnostic
         # Names and codes may come from a findings file: never let them drive the terminal.
         lines.append(printable_line(f"{d.where()}: {d.code} {r.verification.line()}"))
+    for d in outcome.unprobed:
+        lines.append(printable_line(f"{d.where()}: {d.code} not verified: its rule gives no probe "
+                                    "(the hazard is not one expression that can be run alone)"))
     lines.append(summary(outcome))
     return "\n".join(lines) + "\n"
 
