@@ -162,6 +162,10 @@ class FileContext:
         self.module = module
         self.imports = Imports()
         self.scopes: List[Scope] = [Scope(module, "module")]
+        # The engine's walk of `if`/`elif`/`else` chains (engine._enter_if): chains by their
+        # first `if`, and the arms still to come.
+        self.if_chains: Dict[int, Any] = {}
+        self.if_arms: Dict[int, Any] = {}
         self.diagnostics: List[Diagnostic] = []
         # Internal errors of rules (reported on stderr; the findings of the run still count).
         self.errors: List[str] = []
@@ -619,13 +623,23 @@ class _Canonicalizer(cst.CSTTransformer):
         if id(original) in self._skip:
             return updated
         binding = self.env.get(original.value)
-        if self.inline and binding is not None and binding.value is not None and original.value not in self.keep:
+        if self.inline and binding is not None and binding.value is not None and original.value not in self.keep \
+                and not _empty_container(binding.value):
             inner = self.ctx.canonical(binding.value, binding.env, True, self.keep)
             return parenthesize(inner)
         full = self.ctx.imports.names.get(original.value)
         if full is not None and full.startswith("torch") and full != original.value:
             return cst.parse_expression(full)
         return updated
+
+
+def _empty_container(node: cst.BaseExpression) -> bool:
+    """`[]`, `{}`, `list()`, `dict()`: filled later by `append`/`update`, which bindings do
+    not follow, so the name is an input, not the empty literal."""
+    if isinstance(node, (cst.List, cst.Dict, cst.Set, cst.Tuple)):
+        return not node.elements
+    return isinstance(node, cst.Call) and not node.args and isinstance(node.func, cst.Name) \
+        and node.func.value in ("list", "dict", "set")
 
 
 def free_inputs(node: cst.BaseExpression) -> List[str]:

@@ -254,6 +254,50 @@ def _leave_ann_assign(ctx: FileContext, node: cst.AnnAssign) -> None:
         ctx.precision.note_statement(node)
 
 
+class _Chain:
+    """An `if`/`elif`/`else` chain being walked: the bindings before it, and those its
+    finished arms made (later arms win, as after a plain sequence)."""
+
+    __slots__ = ("scope", "before", "made")
+
+    def __init__(self, scope, before):
+        self.scope = scope
+        self.before = before
+        self.made: dict = {}
+
+    def close_arm(self) -> None:
+        bindings = self.scope.bindings
+        self.made.update((n, b) for n, b in bindings.items() if self.before.get(n) is not b)
+        bindings.clear()
+        bindings.update(self.before)
+
+
+def _enter_if(ctx: FileContext, node: cst.If) -> None:
+    # An `elif` or `else` arm does not see what an earlier arm of its chain assigned: only one
+    # arm runs (a probe built in the `elif` must not inline the `if` arm's value).
+    chain = ctx.if_arms.pop(id(node), None)
+    if chain is not None:
+        chain.close_arm()
+    else:
+        chain = _Chain(ctx.scope, dict(ctx.scope.bindings))
+        ctx.if_chains[id(node)] = chain
+    if node.orelse is not None:
+        ctx.if_arms[id(node.orelse)] = chain
+
+
+def _enter_else(ctx: FileContext, node: cst.Else) -> None:
+    chain = ctx.if_arms.pop(id(node), None)
+    if chain is not None:
+        chain.close_arm()
+
+
+def _leave_if(ctx: FileContext, node: cst.If) -> None:
+    chain = ctx.if_chains.pop(id(node), None)
+    if chain is not None:  # the chain's first `if`: what follows sees every arm's last binding
+        chain.close_arm()
+        chain.scope.bindings.update(chain.made)
+
+
 def _leave_function(ctx: FileContext, node: cst.FunctionDef) -> None:
     ctx.scopes.pop()
     ctx.precision.leave(node)
@@ -273,6 +317,8 @@ _ENTER = {
     cst.ClassDef: _enter_class,
     cst.With: _enter_with,
     cst.For: lambda ctx, n: _bind_targets(ctx, n.target, None),
+    cst.If: _enter_if,
+    cst.Else: _enter_else,
 }
 _LEAVE = {
     cst.Assign: _leave_assign,
@@ -283,6 +329,7 @@ _LEAVE = {
     cst.FunctionDef: _leave_function,
     cst.ClassDef: _leave_class,
     cst.With: lambda ctx, n: ctx.precision.leave(n),
+    cst.If: _leave_if,
 }
 
 
