@@ -159,10 +159,10 @@ class _StatementLines:
     def _map(self, i: int):
         found = self._positions.get(i)
         if found is None:
-            from libcst.metadata import MetadataWrapper, PositionProvider
+            from ..context import position_map
 
             alone = self.module.with_changes(header=(), body=(self.body[i],), footer=())
-            found = self._positions[i] = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+            found = self._positions[i] = position_map(alone)
         return found
 
     def _lines_before(self) -> list:
