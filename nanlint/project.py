@@ -394,10 +394,14 @@ class ProjectIndex:
     def imported_modules(self, path: Path) -> Dict[str, Path]:
         """The project files `path` imports, by the module as the import spells it (see
         `imported_summaries`); memoized for the run (do not modify)."""
-        key = self._key(path)
-        known = self._modules.get(key)
+        return self._as_paths(self._modules, self._key(path), self._modules_of)
+
+    def _as_paths(self, memo: Dict[str, Dict[str, Path]], key: str,
+                  strings: Callable[[str], Dict[str, str]]) -> Dict[str, Path]:
+        """`strings(key)` with its files as Paths, memoized in `memo` (the API's form)."""
+        known = memo.get(key)
         if known is None:
-            known = self._modules[key] = {s: self._path(f) for s, f in self._modules_of(key).items()}
+            known = memo[key] = {s: self._path(f) for s, f in strings(key).items()}
         return known
 
     def _modules_of(self, key: str) -> Dict[str, str]:
@@ -451,11 +455,7 @@ class ProjectIndex:
         """For each name `path` takes from a package that only re-exports it (from its
         `__init__.py`: where re-exports live), the file that defines it, keyed `module as
         spelled:name`."""
-        key = self._key(path)
-        known = self._reexports_of.get(key)
-        if known is None:
-            known = self._reexports_of[key] = {s: self._path(f) for s, f in self._reexports_in(key).items()}
-        return known
+        return self._as_paths(self._reexports_of, self._key(path), self._reexports_in)
 
     def _reexports_in(self, key: str) -> Dict[str, str]:
         known = self._reexport_keys.get(key)
