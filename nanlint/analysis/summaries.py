@@ -110,8 +110,9 @@ class _StatementLines:
         module = fa.ctx.module
         self.module = module
         self.body = list(module.body)
-        # A lone "\r" ends a line for the parser but not for the count below.
-        self.exact = "\r" not in fa.ctx.source
+        # A lone "\r" ends a line for the parser but not for the counts below.
+        source = fa.ctx.source
+        self.exact = "\r" not in source or source.count("\r") == source.count("\r\n")
         self._before: Optional[list] = None  # lines before each top-level statement
         self._positions: Dict[int, Any] = {}  # statement index -> its position map
         self._order: Optional[list] = None
