@@ -155,6 +155,18 @@ class Imports:
         return best[1] if best else None
 
 
+def position_map(module: cst.Module) -> Any:
+    """The PositionProvider's positions of `module`'s nodes, generated directly: resolving
+    them through a MetadataWrapper also runs a visitor over the module that rebuilds every
+    node, which costs as much again as the positions themselves."""
+    try:
+        provider = PositionProvider()
+        provider._gen_impl(module)
+        return provider._computed
+    except Exception:  # a libcst without that hook: the public way
+        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+
 class FileContext:
     def __init__(self, path: str, source: str, module: cst.Module):
         self.path = path
@@ -306,8 +318,7 @@ class FileContext:
     # ------------------------------------------------------------------ positions and text
     def _position_map(self):
         if self._positions is None:
-            wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
-            self._positions = wrapper.resolve(PositionProvider)
+            self._positions = position_map(self.module)
         return self._positions
 
     def span(self, node: cst.CSTNode) -> Tuple[Position, Position]:

@@ -85,11 +85,6 @@ def _package_base(file: Path) -> Path:
     return directory
 
 
-def _package_of(file: Path) -> Path:
-    """The directory `from . import x` refers to inside `file`."""
-    return file.parent
-
-
 SummaryProvider = Callable[[Path, str], Any]
 
 
@@ -98,41 +93,62 @@ class ProjectIndex:
 
     `summarize(path, text)` (optional) computes a file's summary: plain data (JSON-able, so
     the cache can store it) describing what its functions and classes return. Without it,
-    `summary_of` is None and fingerprints fall back to the dependencies' content."""
+    `summary_of` is None and fingerprints fall back to the dependencies' content.
+
+    Internally files are absolute path strings: resolving every file's imports makes tens of
+    thousands of lookups, and hashing and comparing `Path` objects was most of their cost."""
 
     def __init__(self, summarize: Optional[SummaryProvider] = None, summary_cache: Any = None):
         self.summarize = summarize
         # Where summaries are kept between runs (a `cache.Cache`), keyed by content.
         self.summary_cache = summary_cache
-        self._roots: Dict[Path, Optional[Path]] = {}
-        self._imports: Dict[Path, List[ImportRef]] = {}
+        self._abs: Dict[str, str] = {}
+        self._paths: Dict[str, Path] = {}
+        self._roots: Dict[str, Optional[str]] = {}
+        self._imports: Dict[str, List[ImportRef]] = {}
         self._deps: Dict[Path, List[Path]] = {}
-        self._bytes_hash: Dict[Path, Optional[str]] = {}
+        self._bytes_hash: Dict[str, Optional[str]] = {}
         self._summaries: Dict[Path, Any] = {}
-        self._search_roots: Dict[Path, List[Path]] = {}
-        self._normalized: Dict[str, Path] = {}
+        self._search_roots: Dict[str, Tuple[str, ...]] = {}
         self._listings: Dict[str, frozenset] = {}
-        self._lookups: Dict[Tuple[Tuple[Path, ...], ImportRef], Tuple[Optional[Path], Dict[str, Path]]] = {}
-        self._inside_memo: Dict[Tuple[Path, Optional[Path]], bool] = {}
-        self._reexports: Dict[Tuple[Path, str], Optional[Path]] = {}
-        self._displays: Dict[Path, str] = {}
-        self._modules: Dict[Path, Dict[str, Path]] = {}
-        self._reexports_of: Dict[Path, Dict[str, Path]] = {}
+        self._lookups: Dict[Tuple[Tuple[str, ...], ImportRef], Tuple[Optional[str], Dict[str, str]]] = {}
+        self._inside_memo: Dict[Tuple[str, Optional[str]], bool] = {}
+        self._reexports: Dict[Tuple[str, str], Optional[str]] = {}
+        self._displays: Dict[str, str] = {}
+        self._modules: Dict[str, Dict[str, Path]] = {}
+        self._reexports_of: Dict[str, Dict[str, Path]] = {}
+        self._module_keys: Dict[str, Dict[str, str]] = {}
+        self._reexport_keys: Dict[str, Dict[str, str]] = {}
 
     # -- files --------------------------------------------------------------------------
 
-    def normalize(self, path: Path) -> Path:
-        key = str(path)
-        known = self._normalized.get(key)
+    def _key(self, path: Any) -> str:
+        """The absolute path string a file is known by."""
+        text = path if isinstance(path, str) else os.fspath(path)
+        known = self._abs.get(text)
         if known is None:
-            known = self._normalized[key] = Path(os.path.abspath(key))
+            known = self._abs[text] = os.path.abspath(text)
         return known
 
-    def root_of(self, path: Path) -> Optional[Path]:
-        directory = self.normalize(path).parent
+    def _path(self, key: str) -> Path:
+        known = self._paths.get(key)
+        if known is None:
+            known = self._paths[key] = Path(key)
+        return known
+
+    def normalize(self, path: Path) -> Path:
+        return self._path(self._key(path))
+
+    def _root_key(self, key: str) -> Optional[str]:
+        directory = os.path.dirname(key)
         if directory not in self._roots:
-            self._roots[directory] = find_root(directory)
+            found = find_root(Path(directory))
+            self._roots[directory] = str(found) if found is not None else None
         return self._roots[directory]
+
+    def root_of(self, path: Path) -> Optional[Path]:
+        root = self._root_key(self._key(path))
+        return self._path(root) if root is not None else None
 
     def _files_in(self, directory: str) -> frozenset:
         """The files in `directory`, from one listing per directory (an import is looked up
@@ -149,31 +165,36 @@ class ProjectIndex:
 
     def content_hash(self, path: Path) -> Optional[str]:
         """sha256 of the file's bytes (None when it cannot be read); memoized for the run."""
-        path = self.normalize(path)
-        if path not in self._bytes_hash:
+        return self._content_hash(self._key(path))
+
+    def _content_hash(self, key: str) -> Optional[str]:
+        if key not in self._bytes_hash:
             try:
-                data = path.read_bytes()
+                with open(key, "rb") as handle:
+                    data = handle.read()
             except OSError:
-                self._bytes_hash[path] = None
+                self._bytes_hash[key] = None
             else:
-                self.note_content(path, data)
-        return self._bytes_hash[path]
+                self.note_content(key, data)
+        return self._bytes_hash[key]
 
     def note_content(self, path: Path, data: bytes, imports: Optional[List[ImportRef]] = None) -> str:
         """Record a file's bytes as read by the caller (one read per file per run); returns
         its content hash. `imports` may come from the cache (then the bytes are not scanned)."""
-        path = self.normalize(path)
+        key = self._key(path)
         digest = hashlib.sha256(data).hexdigest()
-        self._bytes_hash[path] = digest
-        self._imports[path] = imports if imports is not None else scan_imports(data)
+        self._bytes_hash[key] = digest
+        self._imports[key] = imports if imports is not None else scan_imports(data)
         return digest
 
     def imports_of(self, path: Path) -> List[ImportRef]:
-        path = self.normalize(path)
-        if path not in self._imports:
-            self.content_hash(path)
-            self._imports.setdefault(path, [])
-        return self._imports[path]
+        return self._imports_of(self._key(path))
+
+    def _imports_of(self, key: str) -> List[ImportRef]:
+        if key not in self._imports:
+            self._content_hash(key)
+            self._imports.setdefault(key, [])
+        return self._imports[key]
 
     # -- resolution ---------------------------------------------------------------------
 
@@ -182,42 +203,45 @@ class ProjectIndex:
         file's package (for a script outside any package, its own directory: sibling scripts
         import each other as `python script.py` puts it on sys.path), the project root and
         its `src/` (the src layout)."""
-        directory = self.normalize(path).parent
+        return [self._path(r) for r in self._search_roots_of(self._key(path))]
+
+    def _search_roots_of(self, key: str) -> Tuple[str, ...]:
+        directory = os.path.dirname(key)
         known = self._search_roots.get(directory)
         if known is not None:
             return known
         # A package module's own directory is not on sys.path (no implicit relative imports).
-        roots = [_package_base(self.normalize(path))]
-        root = self.root_of(path)
+        roots = [str(_package_base(Path(key)))]
+        root = self._root_key(key)
         if root is not None:
-            roots += [root, root / "src"]
-        out: List[Path] = []
+            roots += [root, os.path.join(root, "src")]
+        out: List[str] = []
         for r in roots:
             if r not in out:
                 out.append(r)
-        self._search_roots[directory] = out
-        return out
+        known = self._search_roots[directory] = tuple(out)
+        return known
 
-    def _module_file(self, base: Path, dotted: str) -> Optional[Path]:
-        """`base/a/b.py` or `base/a/b/__init__.py` for `a.b` (strings, not Paths, until
-        found: most lookups miss)."""
+    def _module_file(self, base: str, dotted: str) -> Optional[str]:
+        """`base/a/b.py` or `base/a/b/__init__.py` for `a.b`."""
         parts = [p for p in dotted.split(".") if p]
-        target = os.path.join(str(base), *parts)
+        target = os.path.join(base, *parts)
         if parts:
             head, name = os.path.split(target)
             if name + ".py" in self._files_in(head):
-                return Path(target + ".py")
+                return target + ".py"
         if "__init__.py" in self._files_in(target):
-            return Path(target, "__init__.py")
+            return os.path.join(target, "__init__.py")
         return None
 
-    def _inside(self, path: Path, root: Optional[Path]) -> bool:
+    def _inside(self, key: str, root: Optional[str]) -> bool:
         if root is None:
             return True
-        key = (path, root)
-        known = self._inside_memo.get(key)
+        memo = (key, root)
+        known = self._inside_memo.get(memo)
         if known is None:
-            known = self._inside_memo[key] = root in path.parents
+            prefix = root if root.endswith(os.sep) else root + os.sep
+            known = self._inside_memo[memo] = key.startswith(prefix)
         return known
 
     def resolve_parts(self, path: Path, ref: ImportRef) -> Tuple[Optional[Path], Dict[str, Path]]:
@@ -226,31 +250,35 @@ class ProjectIndex:
         submodules M.name that are files. An absolute import is looked up in each search
         root in turn; a module found in none (the standard library, an installed package)
         gives nothing."""
-        path = self.normalize(path)
-        root = self.root_of(path)
+        module_file, subs = self._resolve(self._key(path), ref)
+        return (self._path(module_file) if module_file is not None else None,
+                {n: self._path(f) for n, f in subs.items()})
+
+    def _resolve(self, key: str, ref: ImportRef) -> Tuple[Optional[str], Dict[str, str]]:
+        root = self._root_key(key)
         if ref.level:
-            base = _package_of(path)
+            base = os.path.dirname(key)  # the package `from . import x` refers to
             for _ in range(ref.level - 1):
-                base = base.parent
-            bases: Tuple[Path, ...] = (base,)
+                base = os.path.dirname(base)
+            bases: Tuple[str, ...] = (base,)
         else:
-            bases = tuple(self.search_roots(path))
+            bases = self._search_roots_of(key)
         memo_key = (bases, ref)
         found = self._lookups.get(memo_key)
         if found is None:
             found = self._lookups[memo_key] = self._lookup(bases, ref)
         module_file, subs = found
 
-        def own(f: Optional[Path]) -> bool:
-            return f is not None and f != path and self._inside(f, root)
+        def own(f: Optional[str]) -> bool:
+            return f is not None and f != key and self._inside(f, root)
 
         return (module_file if own(module_file) else None), {n: f for n, f in subs.items() if own(f)}
 
-    def _lookup(self, bases: Tuple[Path, ...], ref: ImportRef) -> Tuple[Optional[Path], Dict[str, Path]]:
+    def _lookup(self, bases: Tuple[str, ...], ref: ImportRef) -> Tuple[Optional[str], Dict[str, str]]:
         parts = [p for p in ref.module.split(".") if p]
         for base in bases:
             module_file = self._module_file(base, ref.module)
-            package_dir = base.joinpath(*parts)
+            package_dir = os.path.join(base, *parts)
             subs = {}
             for name in ref.names:
                 sub = self._module_file(package_dir, name)
@@ -366,14 +394,24 @@ class ProjectIndex:
     def imported_modules(self, path: Path) -> Dict[str, Path]:
         """The project files `path` imports, by the module as the import spells it (see
         `imported_summaries`); memoized for the run (do not modify)."""
-        path = self.normalize(path)
-        known = self._modules.get(path)
+        return self._as_paths(self._modules, self._key(path), self._modules_of)
+
+    def _as_paths(self, memo: Dict[str, Dict[str, Path]], key: str,
+                  strings: Callable[[str], Dict[str, str]]) -> Dict[str, Path]:
+        """`strings(key)` with its files as Paths, memoized in `memo` (the API's form)."""
+        known = memo.get(key)
+        if known is None:
+            known = memo[key] = {s: self._path(f) for s, f in strings(key).items()}
+        return known
+
+    def _modules_of(self, key: str) -> Dict[str, str]:
+        known = self._module_keys.get(key)
         if known is not None:
             return known
-        out: Dict[str, Path] = {}
-        self._modules[path] = out
-        for ref in self.imports_of(path):
-            module_file, subs = self.resolve_parts(path, ref)
+        out: Dict[str, str] = {}
+        self._module_keys[key] = out
+        for ref in self._imports_of(key):
+            module_file, subs = self._resolve(key, ref)
             spelled = "." * ref.level + ref.module
             if module_file is not None:
                 out[spelled] = module_file
@@ -386,20 +424,24 @@ class ProjectIndex:
         (`from .nets import Actor` in a package's `__init__.py`), followed a few hops;
         None where the module does not import it from a project file. Unaliased imports
         only: the scan does not keep `as` names."""
-        key = (self.normalize(module_file), name)
+        found = self._reexport_of(self._key(module_file), name, hops)
+        return self._path(found) if found is not None else None
+
+    def _reexport_of(self, module_file: str, name: str, hops: int = 3) -> Optional[str]:
+        key = (module_file, name)
         if key not in self._reexports:
-            self._reexports[key] = self._follow_reexport(key[0], name, hops)
+            self._reexports[key] = self._follow_reexport(module_file, name, hops)
         return self._reexports[key]
 
-    def _follow_reexport(self, module_file: Path, name: str, hops: int) -> Optional[Path]:
+    def _follow_reexport(self, module_file: str, name: str, hops: int) -> Optional[str]:
         found = None
-        seen = {self.normalize(module_file)}
-        current = self.normalize(module_file)
+        seen = {module_file}
+        current = module_file
         while hops > 0:
             nxt = None
-            for ref in self.imports_of(current):
+            for ref in self._imports_of(current):
                 if name in ref.names:
-                    target, subs = self.resolve_parts(current, ref)
+                    target, subs = self._resolve(current, ref)
                     if target is not None and name not in subs:
                         nxt = target
                         break
@@ -413,23 +455,25 @@ class ProjectIndex:
         """For each name `path` takes from a package that only re-exports it (from its
         `__init__.py`: where re-exports live), the file that defines it, keyed `module as
         spelled:name`."""
-        path = self.normalize(path)
-        known = self._reexports_of.get(path)
+        return self._as_paths(self._reexports_of, self._key(path), self._reexports_in)
+
+    def _reexports_in(self, key: str) -> Dict[str, str]:
+        known = self._reexport_keys.get(key)
         if known is not None:
             return known
-        out: Dict[str, Path] = {}
-        self._reexports_of[path] = out
-        for ref in self.imports_of(path):
+        out: Dict[str, str] = {}
+        self._reexport_keys[key] = out
+        for ref in self._imports_of(key):
             if not ref.names:
                 continue
-            module_file, subs = self.resolve_parts(path, ref)
-            if module_file is None or module_file.name != "__init__.py":
+            module_file, subs = self._resolve(key, ref)
+            if module_file is None or os.path.basename(module_file) != "__init__.py":
                 continue
             spelled = "." * ref.level + ref.module
             for name in ref.names:
                 if name not in subs:
-                    target = self.reexport_of(module_file, name)
-                    if target is not None and target != self.normalize(path):
+                    target = self._reexport_of(module_file, name)
+                    if target is not None and target != key:
                         out[f"{spelled}:{name}"] = target
         return out
 
@@ -441,21 +485,24 @@ class ProjectIndex:
         from .analysis.summaries import ModuleRef
 
         out: Dict[str, Any] = {}
-        modules = self.imported_modules(path)
-        for spelled, file in list(modules.items()) + list(self.reexports(path).items()):
-            content = self.content_hash(file)
+        key = self._key(path)
+        for spelled, file in list(self._modules_of(key).items()) + list(self._reexports_in(key).items()):
+            content = self._content_hash(file)
             if content is None:
                 continue
-            out[spelled] = ModuleRef(str(file), content, self.display_of(file), cache_dir)
+            out[spelled] = ModuleRef(file, content, self._display(file), cache_dir)
         return out
 
     def display_of(self, file: Path) -> str:
         """How evidence names a project file: its path under the project root."""
-        found = self._displays.get(file)
+        return self._display(self._key(file))
+
+    def _display(self, key: str) -> str:
+        found = self._displays.get(key)
         if found is None:
-            root = self.root_of(file)
-            display = os.path.relpath(file, root) if root is not None else file.name
-            found = self._displays[file] = display.replace(os.sep, "/")
+            root = self._root_key(key)
+            display = os.path.relpath(key, root) if root is not None else os.path.basename(key)
+            found = self._displays[key] = display.replace(os.sep, "/")
         return found
 
     def in_package(self, path: Path) -> bool:

@@ -26,6 +26,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 from typing import Any, Dict, Optional, Tuple
 
+import libcst as cst
+
 from .values import TOP, Evidence, Value
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
@@ -98,10 +100,96 @@ def value_from_data(data: Dict[str, Any], display: str) -> Value:
 # ---------------------------------------------------------------------- computing them
 
 
+class _StatementLines:
+    """Line numbers of nodes of an imported file, from the positions of the top-level
+    statements that hold them only. Positions of a whole module cost more than parsing it,
+    and a summary cites a few nodes, nearly always inside the summarized definition."""
+
+    def __init__(self, fa):
+        self.fa = fa
+        module = fa.ctx.module
+        self.module = module
+        self.body = list(module.body)
+        # A lone "\r" ends a line for the parser but not for the counts below.
+        source = fa.ctx.source
+        self.exact = "\r" not in source or source.count("\r") == source.count("\r\n")
+        self._before: Optional[list] = None  # lines before each top-level statement
+        self._positions: Dict[int, Any] = {}  # statement index -> its position map
+        self._order: Optional[list] = None
+
+    def line(self, token: int, first: Optional[str] = None) -> int:
+        if token >= 0 or not self.exact:
+            return self.fa.line(token)
+        try:
+            node = self.fa._tokens[-token - 1]
+        except IndexError:
+            return 0
+        for i in self._candidates(first):
+            found = self._map(i).get(node)
+            if found is not None:
+                return self._offset(i) + found.start.line
+        return 0  # not a node of the module (as the whole-module map answers)
+
+    def _offset(self, i: int) -> int:
+        """The lines of the file before top-level statement `i` (where its own positions
+        start counting). A def or class whose header the text states once at the start of
+        a line is found by that: no code is generated for the statements before it."""
+        stmt = self.body[i]
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            keyword = r"(?:async[ \t]+)?def" if isinstance(stmt, cst.FunctionDef) else "class"
+            source = self.fa.ctx.source
+            found = list(re.finditer(rf"^{keyword}[ \t]+{re.escape(stmt.name.value)}\b", source, re.M))
+            if len(found) == 1:
+                header = self._map(i)[stmt.name].start.line
+                return source.count("\n", 0, found[0].start()) + 1 - header
+        return self._lines_before()[i]
+
+    def _candidates(self, first: Optional[str]):
+        """Statement indexes in the order to look in: the named definition's first."""
+        if first is not None:
+            node = self.fa.functions.get(first) or self.fa.classes.get(first)
+            for i, stmt in enumerate(self.body):
+                if stmt is node:
+                    yield i
+                    break
+        yield from list(self._positions)  # the statements already resolved
+        for i in range(len(self.body)):
+            if i not in self._positions:
+                yield i
+
+    def _map(self, i: int):
+        found = self._positions.get(i)
+        if found is None:
+            from ..context import position_map
+
+            alone = self.module.with_changes(header=(), body=(self.body[i],), footer=())
+            found = self._positions[i] = position_map(alone)
+        return found
+
+    def _lines_before(self) -> list:
+        if self._before is None:
+            code = self.module.code_for_node
+            count = sum(code(line).count("\n") for line in self.module.header)
+            before = []
+            for stmt in self.body:
+                before.append(count)
+                count += code(stmt).count("\n")
+            self._before = before
+        return self._before
+
+
+def _line(fa, token: int, first: Optional[str] = None) -> int:
+    """`fa.line(token)` (the line of an evidence token), cheaper on an imported file."""
+    lines = getattr(fa, "_statement_lines", None)
+    if lines is None:
+        lines = fa._statement_lines = _StatementLines(fa)
+    return lines.line(token, first)
+
+
 def _resolved(fa, v: Value, depth: int = _NESTING) -> Value:
     """`v` with evidence lines resolved and instances of the file's own classes replaced by
     what calling them returns (their `forward`): another file cannot look the class up."""
-    ev = tuple(Evidence(fa.line(e.line), e.reason) for e in v.evidence)
+    ev = tuple(Evidence(_line(fa, e.line, getattr(fa, "_summary_name", None)), e.reason) for e in v.evidence)
     out = v.module_out
     if v.instance_of is not None and v.instance_of in fa.classes and out is None and depth > 0:
         forward = fa.method(v.instance_of, "forward")
@@ -120,7 +208,7 @@ def half_precision_callees(fa) -> Dict[str, str]:
     if not _MAY_AUTOCAST.search(fa.ctx.source):
         return {}
     fa.ensure_all()
-    return {name: f"{ev.reason} at line {fa.line(ev.line)}" for name, ev in fa.autocast_callees.items()}
+    return {name: f"{ev.reason} at line {_line(fa, ev.line)}" for name, ev in fa.autocast_callees.items()}
 
 
 def _half_of(fa, name: str) -> Optional[str]:
@@ -175,6 +263,7 @@ def class_data(fa, cls: str) -> Dict[str, Any]:
 
 def name_data(fa, name: str) -> Optional[Dict[str, Any]]:
     """The summary of one top-level function or class of the file (None: not defined there)."""
+    fa._summary_name = name  # where its evidence is looked up first
     if name in fa.functions:
         return function_data(fa, fa.functions[name], name)
     if name in fa.classes:
