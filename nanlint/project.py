@@ -507,7 +507,7 @@ class ProjectIndex:
 
     def in_package(self, path: Path) -> bool:
         """Whether an `__init__.py` sits beside the file (one listing per directory)."""
-        return "__init__.py" in self._files_in(str(self.normalize(path).parent))
+        return "__init__.py" in self._files_in(os.path.dirname(self._key(path)))
 
     def dependency_fingerprint(self, path: Path) -> str:
         """What a file's cached result depends on outside the file: its direct own-module
