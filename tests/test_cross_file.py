@@ -5,7 +5,6 @@ model file is edited, and the result is the same with a pool of workers."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Dict, List, Set, Tuple
 
 import pytest
 
-import nanlint.jobs
 import nanlint.runner
 from fixture_support import expected
 from nanlint.analysis import summaries
@@ -122,17 +120,8 @@ def test_editing_the_model_file_relints_it_and_its_importers_only(project, check
     assert ("pkg/evaluate.py", 9, "NAN201") not in where(after)
 
 
-def test_two_jobs_report_what_one_job_reports(project, check, monkeypatch):
-    started = []
-    real = concurrent.futures.ProcessPoolExecutor
-
-    class Counting(real):
-        def __init__(self, *args, **kwargs):
-            started.append(kwargs.get("max_workers"))
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counting)
-    monkeypatch.setattr(nanlint.jobs, "POOL_MIN_BYTES", 0)
+def test_two_jobs_report_what_one_job_reports(project, check, pools):
+    started = pools
     one, _ = check(project, "--no-cache", "--jobs", "1", ".")
     assert started == []
     two, _ = check(project, "--no-cache", "--jobs", "2", ".")

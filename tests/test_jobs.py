@@ -3,7 +3,6 @@ on a terminal."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import pty
 import shutil
@@ -23,23 +22,6 @@ from nanlint.progress import Progress, progress_for
 from nanlint.runner import run
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def pools(monkeypatch):
-    """Count the process pools started (in this process; the workers are spawned fresh)
-    and let even a small run use one."""
-    started = []
-    real = concurrent.futures.ProcessPoolExecutor
-
-    class Counting(real):
-        def __init__(self, *args, **kwargs):
-            started.append(kwargs.get("max_workers"))
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counting)
-    monkeypatch.setattr(nanlint.jobs, "POOL_MIN_BYTES", 0)
-    return started
 
 
 def project_copy(tmp_path: Path, pattern: str = "*.py") -> Path:
