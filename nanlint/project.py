@@ -178,11 +178,14 @@ class ProjectIndex:
                 self.note_content(key, data)
         return self._bytes_hash[key]
 
-    def note_content(self, path: Path, data: bytes, imports: Optional[List[ImportRef]] = None) -> str:
+    def note_content(self, path: Path, data: bytes, imports: Optional[List[ImportRef]] = None,
+                     digest: Optional[str] = None) -> str:
         """Record a file's bytes as read by the caller (one read per file per run); returns
-        its content hash. `imports` may come from the cache (then the bytes are not scanned)."""
+        its content hash (`digest`, when the caller already has it). `imports` may come from
+        the cache (then the bytes are not scanned)."""
         key = self._key(path)
-        digest = hashlib.sha256(data).hexdigest()
+        if digest is None:
+            digest = hashlib.sha256(data).hexdigest()
         self._bytes_hash[key] = digest
         self._imports[key] = imports if imports is not None else scan_imports(data)
         return digest

@@ -56,14 +56,15 @@ def run(
             pass  # reported when the file is linted
         else:
             task.size = len(data)
+            digest = hashlib.sha256(data).hexdigest()
             imports = None
             if cache is not None:
                 # The entry is read once, here: it holds the result and, for unchanged
                 # bytes, their imports (scanning every file is most of a warm run).
                 slot = Cache.slot(path, task.display, [[r.code for r in task.rules], settings.precision])
                 entries[i] = (slot, cache.entry(slot))
-                imports = imports_of_entry(entries[i][1], hashlib.sha256(data).hexdigest())
-            index.note_content(path, data, imports)
+                imports = imports_of_entry(entries[i][1], digest)
+            index.note_content(path, data, imports, digest)
         tasks.append(task)
 
     outcomes: Dict[int, FileOutcome] = {}
