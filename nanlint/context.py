@@ -178,6 +178,8 @@ class FileContext:
         # first `if`, and the arms still to come.
         self.if_chains: Dict[int, Any] = {}
         self.if_arms: Dict[int, Any] = {}
+        # What layers above the context compute once per file (see `derived`).
+        self._derived: Dict[str, Any] = {}
         self.diagnostics: List[Diagnostic] = []
         # Internal errors of rules (reported on stderr; the findings of the run still count).
         self.errors: List[str] = []
@@ -227,6 +229,16 @@ class FileContext:
         found = match_op(node, self.imports.qualname)
         # The node is kept with its op so that its id cannot be reused by another node.
         self._ops[id(node)] = (node, found)
+        return found
+
+    def derived(self, key: str, build: Callable[[], Any]) -> Any:
+        """`build()` once per file, kept under `key`: the value-flow analysis, the training
+        loop's facts. Kept on the context (not in a module-level weak map, whose values hold
+        the context and so would keep their own keys and the syntax tree alive) so they go
+        when the file is done."""
+        found = self._derived.get(key)
+        if found is None:
+            found = self._derived[key] = build()
         return found
 
     @property

@@ -40,22 +40,14 @@ __all__ = [
 
 
 def file_analysis(ctx: FileContext) -> FileAnalysis:
-    found = getattr(ctx, "_analysis", None)
-    if found is None:
-        found = FileAnalysis(ctx)
-        ctx._analysis = found  # type: ignore[attr-defined]
-    return found
+    return ctx.derived("analysis", lambda: FileAnalysis(ctx))
 
 
 def probe_analysis(ctx: FileContext) -> FileAnalysis:
     """The analysis probes take their domains from: every call site of the file is trusted and
     a parameter no call passes has its default (callsites.py says why the rules' analysis is
     more careful)."""
-    found = getattr(ctx, "_probe_analysis", None)
-    if found is None:
-        found = FileAnalysis(ctx, probing=True)
-        ctx._probe_analysis = found  # type: ignore[attr-defined]
-    return found
+    return ctx.derived("probe analysis", lambda: FileAnalysis(ctx, probing=True))
 
 
 def _env_here(ctx: FileContext, fa: FileAnalysis) -> Env:

@@ -402,14 +402,7 @@ def _calls(node: cst.CSTNode):
 
 
 def training_facts(ctx: FileContext) -> _Facts:
-    # Kept on the context, not in a module-level WeakKeyDictionary: the facts hold the
-    # context, so such a dictionary's value kept its own key (and the file's whole syntax
-    # tree) alive for the rest of the run.
-    facts = getattr(ctx, "_training_facts", None)
-    if facts is None:
-        facts = _Facts(ctx)
-        ctx._training_facts = facts  # type: ignore[attr-defined]
-    return facts
+    return ctx.derived("training facts", lambda: _Facts(ctx))
 
 
 def _between(events: List[Event], a: Event, b: Event, kinds: Tuple[str, ...]) -> List[Event]:
