@@ -20,6 +20,7 @@ from nanlint.verify.calibrate import (
     Checked,
     calibrate,
     codes_with_fixtures,
+    cpu_kernels,
     main,
     render_section,
     torch_version,
@@ -33,6 +34,8 @@ def _committed(code: str) -> str:
     text = (VERIFIED_DIR / f"{code}.md").read_text(encoding="utf-8")
     if f" with torch {torch_version()} on " not in text:
         pytest.skip(f"rules were calibrated with another torch than {torch_version()}")
+    if f"({cpu_kernels()} kernels)" not in text:
+        pytest.skip(f"rules were calibrated with other CPU kernels than {cpu_kernels()}")
     return text
 
 
