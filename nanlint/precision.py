@@ -68,7 +68,6 @@ class Precision:
         # half-only hazards are reported even where the file itself shows no half dtype.
         self.configured = configured
         self.autocast: List[AutocastRegion] = []
-        self._no_grad_depth = 0
         self._pushed: List[tuple] = []
         # Innermost autocast state: a region, or None for `autocast(enabled=False)` nested
         # inside one (which turns autocast off again). `autocast` above keeps only regions.
@@ -80,7 +79,6 @@ class Precision:
     # ------------------------------------------------------------------ regions
     def enter(self, node: cst.CSTNode) -> None:
         pushed_autocast = 0
-        pushed_no_grad = 0
         pushed_disabled = 0
         for call in _region_calls(node):
             call = self._held_region(call)
@@ -92,18 +90,14 @@ class Precision:
             elif self._disables_autocast(call):
                 self._autocast_state.append(None)
                 pushed_disabled += 1
-            elif self._is_no_grad(call):
-                self._no_grad_depth += 1
-                pushed_no_grad += 1
-        self._pushed.append((pushed_autocast, pushed_no_grad, pushed_disabled))
+        self._pushed.append((pushed_autocast, pushed_disabled))
 
     def leave(self, node: cst.CSTNode) -> None:
-        pushed_autocast, pushed_no_grad, pushed_disabled = self._pushed.pop()
+        pushed_autocast, pushed_disabled = self._pushed.pop()
         for _ in range(pushed_autocast):
             self.autocast.pop()
         for _ in range(pushed_autocast + pushed_disabled):
             self._autocast_state.pop()
-        self._no_grad_depth -= pushed_no_grad
 
     @property
     def in_autocast(self) -> Optional[AutocastRegion]:
@@ -151,10 +145,6 @@ class Precision:
             return region.effective_dtype
         return self.configured
 
-    @property
-    def in_no_grad(self) -> bool:
-        return self._no_grad_depth > 0
-
     def autocast_region(self, call: cst.BaseExpression) -> Optional[AutocastRegion]:
         if not isinstance(call, cst.Call):
             return None
@@ -184,10 +174,26 @@ class Precision:
         dtype = self.dtype_of(dtype_expr) if dtype_expr is not None else None
         return AutocastRegion(device=device, dtype=dtype, node=call)
 
-    def _is_no_grad(self, call: cst.BaseExpression) -> bool:
+    def grad_mode(self, call: cst.BaseExpression) -> Optional[bool]:
+        """What a `with` item or a decorator does to autograd: False where it turns it off
+        (`torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`), True
+        where it turns it back on (`torch.enable_grad()`, `set_grad_enabled(True)`), None
+        where it says nothing."""
         target = call.func if isinstance(call, cst.Call) else call
         full = self.ctx.qualname(target)
-        return full in _NO_GRAD
+        if full in _NO_GRAD:
+            if isinstance(call, cst.Call) and call.args:
+                flag = call.args[0].value  # `inference_mode(False)` / `mode=False` keeps autograd on
+                if isinstance(flag, cst.Name) and flag.value == "False":
+                    return None
+            return False
+        if full in ("torch.enable_grad", "torch.autograd.enable_grad"):
+            return True
+        if full in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") and isinstance(call, cst.Call) and call.args:
+            flag = call.args[0].value
+            if isinstance(flag, cst.Name) and flag.value in ("True", "False"):
+                return flag.value == "True"
+        return None
 
     # ------------------------------------------------------------------ dtypes
     def dtype_of(self, expr: Optional[cst.BaseExpression]) -> Optional[str]:

@@ -318,3 +318,72 @@ def test_a_join_cites_the_evidence_of_the_zero_reason_it_keeps():
         kept = a if a.zero else b
         assert both.zero == kept.zero
         assert both.evidence[-1] == kept.evidence[-1]
+
+
+# ---------------------------------------------------------------- gradient flow
+
+GRADIENTS = '''\
+import torch
+
+
+class Step(torch.optim.Optimizer):
+    def step(self):
+        for p in self.params:
+            torch.sqrt(p)
+
+
+def f(x, w):
+    d = x.detach()
+    torch.sqrt(d)
+    with torch.no_grad():
+        t = x * 2
+        torch.sqrt(x)
+    torch.sqrt(t)
+    torch.sqrt(x)
+    r = torch.randn(3)
+    torch.sqrt(r * w)
+    torch.sqrt(r * 2)
+    r[:, 0] = w
+    torch.sqrt(r)
+    torch.sqrt(x).item()
+'''
+
+
+def test_no_gradient_says_why_with_the_line_of_its_evidence():
+    import libcst as cst
+
+    from nanlint.context import FileContext
+    from nanlint.rules.base import Rule
+
+    seen = {}
+
+    class Probe(Rule):
+        code = "NAN999"
+        name = "probe"
+        message = "-"
+
+        def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+            if ctx.qualname(node.func) == "torch.sqrt":
+                seen[ctx.span(node)[0].row] = analysis.no_gradient(ctx, node)
+
+    lint_source("m.py", GRADIENTS, [Probe])
+    assert "in the optimizer step `Step.step`" in seen[7]
+    assert seen[12] == "`.detach()` at line 11"
+    assert seen[15] == "under `torch.no_grad()` at line 13"
+    assert seen[16] == "under `torch.no_grad()` at line 13"  # computed there, read after it
+    assert seen[17] is None  # a parameter: training may differentiate it
+    assert seen[19] is None  # a product with a parameter
+    assert seen[20] == "made by `torch.randn` without `requires_grad` at line 18"
+    assert seen[22] is None  # a parameter was written into it
+    assert seen[23] == "read as a number (`.item()`)"
+
+
+def test_a_summary_keeps_the_no_gradient_fact_with_its_line():
+    source = "import torch\n\n\ndef frozen(x):\n    return x.detach()\n"
+    summary = analysis.summarize_module(("m.py", source))
+    fact = summary.functions["frozen"].returns.nograd
+    assert fact is not None and fact.line == 5 and "detach" in fact.reason
+    from nanlint.analysis.summaries import value_from_data, value_to_data
+
+    back = value_from_data(value_to_data(summary.functions["frozen"].returns), "pkg/m.py")
+    assert back.nograd.reason == "`.detach()` at pkg/m.py:5"

@@ -5,6 +5,7 @@
     analysis.cite(ctx, v)                  # "softmax at line 12, returned by `Agent.probs` ..."
     analysis.zero_reason(ctx, expr)        # why exact 0 is reachable, with its evidence
     analysis.half_evidence(ctx)            # this function runs in float16/bfloat16, and why
+    analysis.no_gradient(ctx, expr)        # why no gradient reaches expr (no_grad, detach, ...)
     analysis.single_sample_batch(ctx, x)   # x is a mini-batch whose last one can hold 1 sample
     analysis.summarize_module(ctx)         # picklable summaries for a project index
 
@@ -28,13 +29,14 @@ from ..context import FileContext, dotted_name
 from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput
 from .flow import Env, FileAnalysis
+from . import transfer
 from .values import TOP, Evidence, Value, join
 from .batches import single_sample_batch
 
 __all__ = [
     "Evidence", "Value", "FileAnalysis", "ModuleSummary", "FunctionSummary", "ClassSummary",
     "file_analysis", "value", "cite", "zero_reason", "excludes_zero", "half_evidence",
-    "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "gradient_by_hand",
+    "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
     "single_sample_batch", "has_many",
 ]
 
@@ -105,18 +107,56 @@ def clamped_to_zero(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]
     return cite(ctx, v) or "clamp(min=0)"
 
 
-def gradient_by_hand(ctx: FileContext) -> bool:
-    """The node sits in a method of a `torch.autograd.Function` subclass: its `forward` runs
-    without autograd recording and its gradient is whatever `backward` returns, so no
-    derivative of the ops written there is ever taken."""
-    for node in reversed(ctx.stack):
-        if isinstance(node, cst.ClassDef):
-            for base in node.bases:
-                full = ctx.qualname(base.value) or dotted_name(base.value) or ""
-                if full in ("torch.autograd.Function", "torch.autograd.function.Function") or \
-                        full.endswith("autograd.Function") or full == "Function" and "autograd" in ctx.source:
-                    return True
-            return False
+def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """Why no gradient flows back through `expr` where it is written, with its evidence, or
+    None where one may. For the hazards that are in the gradient only (the inf derivative of
+    `sqrt` at 0, a discarded `where` branch):
+    - autograd is off here: a `with torch.no_grad()` / `inference_mode()` block or decorator,
+      a method of a custom `torch.autograd.Function` (its `backward` is written by hand), an
+      optimizer's `step`;
+    - the value carries none: a constant, a comparison or a count, `.detach()`, `.data`, a
+      `.grad` tensor, a tensor made without `requires_grad` (`torch.randn`, `torch.zeros`),
+      a value computed under `no_grad` earlier, in this function or a callee;
+    - the result is read as a Python number at once (`.item()`, `.tolist()`)."""
+    fa = file_analysis(ctx)
+    try:
+        env = fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr))
+        region = env.nograd
+        why = region if region is not None else fa.eval(expr, env).nograd
+    except RecursionError:
+        return None
+    if why is not None:
+        row = fa.line(why.line)
+        return f"{why.reason} at line {row}" if row else why.reason
+    node = ctx.stack[-1] if ctx.stack else None
+    if node is not None and strip_parens(expr) is strip_parens(node) and len(ctx.stack) > 1:
+        parent = ctx.stack[-2]
+        if isinstance(parent, cst.Attribute) and parent.attr.value in ("item", "tolist"):
+            return f"read as a number (`.{parent.attr.value}()`)"
+    return None
+
+
+# Methods whose result takes no gradient back to the tensor they are called on.
+_NUMBER_METHODS = {"short", "byte", "item", "tolist", "numpy"}
+_INTEGER_DTYPES = re.compile(r"^torch\.(long|int|int64|int32|int16|int8|uint8|bool)$")
+
+
+def cuts_gradient(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """No gradient flows back through `node` into the expressions under it: a comparison, an
+    integer or boolean cast, `detach()`, `.item()` (the ops the transfer table cuts)."""
+    if isinstance(node, cst.Comparison):
+        return True
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    if ctx.qualname(node.func.value) is not None:
+        return False
+    method = node.func.attr.value
+    if method in transfer.GRADIENT_CUTS or method in _NUMBER_METHODS:
+        return True
+    if method in ("to", "type") and node.args:
+        arg = node.args[0]
+        q = ctx.qualname(arg.value) if arg.keyword is None or arg.keyword.value == "dtype" else None
+        return q is not None and _INTEGER_DTYPES.match(q) is not None
     return False
 
 
@@ -266,7 +306,8 @@ class ModuleSummary:
 def _resolved(fa: FileAnalysis, v: Value) -> Value:
     ev = tuple(Evidence(fa.line(e.line), e.reason) for e in v.evidence)
     out = v.module_out
-    return replace(v, evidence=ev, module_out=_resolved(fa, out) if out is not None else None)
+    nograd = v.nograd and Evidence(fa.line(v.nograd.line), v.nograd.reason)
+    return replace(v, evidence=ev, module_out=_resolved(fa, out) if out is not None else None, nograd=nograd)
 
 
 def summarize_module(source) -> ModuleSummary:

@@ -64,6 +64,8 @@ _MODULE_LISTS = {"torch.nn.ModuleList", "torch.nn.ModuleDict"}
 # Methods that change what a ModuleList / ModuleDict holds.
 _MEMBER_UPDATES = {"append", "extend", "insert", "update", "pop", "clear"}
 _CREATION_PREFIX = "torch."
+# Builtins whose result is a plain Python number: autograd does not see it.
+_PYTHON_NUMBERS = {"len", "int", "float", "round", "bool", "range"}
 _DIM_OPS = {"softmax", "sum", "max"}
 _EPS_WORDS = ("eps", "epsilon", "tiny")
 
@@ -71,21 +73,30 @@ _EPS_WORDS = ("eps", "epsilon", "tiny")
 def trained(v: Value) -> Value:
     """A tensor training moves: its initializer's range says nothing about later values."""
     return replace(v, lo=-INF, hi=INF, zero=None, nonzero=False, prob=None, simplex_dim=None,
-                   mask=False, count=False, trainable=True, learned=True)
+                   mask=False, count=False, trainable=True, learned=True, nograd=None)
+
+
+def _boolean(token: int) -> Value:
+    """A comparison or a boolean mask: 0/1 values that take no gradient."""
+    return Value(lo=0.0, hi=1.0, mask=True, integer=True, nograd=Evidence(token, "a comparison"))
 
 
 class Env:
     """Values of names (`x`, `self.x`) and known relations between expressions."""
 
-    __slots__ = ("vars", "rels", "autocast")
+    __slots__ = ("vars", "rels", "autocast", "nograd")
 
-    def __init__(self, vars=None, rels: FrozenSet[Rel] = frozenset(), autocast: bool = False):
+    def __init__(self, vars=None, rels: FrozenSet[Rel] = frozenset(), autocast: bool = False,
+                 nograd: Optional[Evidence] = None):
         self.vars: Dict[str, Value] = dict(vars or {})
         self.rels = rels
         self.autocast = autocast
+        # Autograd is off here (a `no_grad` block or decorator, a custom Function, an
+        # optimizer's step), and why.
+        self.nograd = nograd
 
     def copy(self) -> "Env":
-        return Env(self.vars, self.rels, self.autocast)
+        return Env(self.vars, self.rels, self.autocast, self.nograd)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Env) and self.vars == other.vars and self.rels == other.rels
@@ -96,7 +107,8 @@ def join_env(a: Optional[Env], b: Optional[Env], widening: bool = False) -> Opti
         return b.copy() if b is not None else None
     if b is None:
         return a.copy()
-    out = Env(rels=a.rels & b.rels, autocast=a.autocast and b.autocast)
+    out = Env(rels=a.rels & b.rels, autocast=a.autocast and b.autocast,
+              nograd=a.nograd if a.nograd and b.nograd else None)
     for key in a.vars.keys() | b.vars.keys():
         va, vb = a.vars.get(key), b.vars.get(key)
         if va is None or vb is None:
@@ -241,7 +253,57 @@ class FileAnalysis:
                 env.vars[name] = Value(lo=0.0, nonzero=True)
             else:
                 env.vars[name] = TOP
+        env.nograd = self._function_grad_region(fn, cls)
         return env
+
+    # ------------------------------------------------------------------ autograd regions
+    def _grad_region(self, item: cst.BaseExpression, current: Optional[Evidence]) -> Optional[Evidence]:
+        """The no-gradient region in force under a `with` item or a decorator."""
+        mode = self.ctx.precision.grad_mode(item) if self.ctx.precision is not None else None
+        if mode is False:
+            return Evidence(self.token(item), f"under `{_code(self.ctx, item)}`")
+        return None if mode is True else current
+
+    def _function_grad_region(self, fn: cst.FunctionDef, cls: Optional[str]) -> Optional[Evidence]:
+        """Autograd is off in the whole of `fn`: a `@torch.no_grad()` decorator, a method of
+        a `torch.autograd.Function` (its gradient is what `backward` returns), an
+        optimizer's `step` (torch runs it without autograd)."""
+        region = None
+        for deco in fn.decorators:
+            region = self._grad_region(deco.decorator, region)
+        if region is not None or cls is None:
+            return region
+        base = self._torch_base(cls)
+        if base == "function":
+            return Evidence(self.token(fn), f"in the custom autograd Function `{cls}`")
+        if base == "optimizer" and fn.name.value == "step":
+            return Evidence(self.token(fn), f"in the optimizer step `{cls}.step`")
+        return None
+
+    def _torch_base(self, cls: str, depth: int = 4) -> Optional[str]:
+        """"function" for a subclass of `torch.autograd.Function`, "optimizer" for one of
+        `torch.optim.Optimizer` (through the file's own classes too), else None."""
+        node = self.classes.get(cls)
+        if node is None or depth <= 0:
+            return None
+        for base in node.bases:
+            full = self.ctx.qualname(base.value) or dotted_name(base.value) or ""
+            if full in ("torch.autograd.Function", "torch.autograd.function.Function") or \
+                    full.endswith("autograd.Function") or full == "Function" and "autograd" in self.ctx.source:
+                return "function"
+            if full in ("torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"):
+                return "optimizer"
+            if full in self.classes and full != cls:
+                found = self._torch_base(full, depth - 1)
+                if found:
+                    return found
+        return None
+
+    def _in_region(self, value: Value, env: Env) -> Value:
+        """A value computed where autograd is off takes no gradient, wherever it is used."""
+        if env.nograd is not None and value.nograd is None and not value.module_out and not value.instance_of:
+            return replace(value, nograd=env.nograd)
+        return value
 
     @property
     def callsites(self):
@@ -445,11 +507,15 @@ class FileAnalysis:
                 region = self.ctx.precision.autocast_region(item.item) if self.ctx.precision is not None else None
                 if region is not None and region.effective_dtype == "float16":
                     inner.autocast = True
+                inner.nograd = self._grad_region(item.item, inner.nograd)
                 if item.asname is not None:
                     self.assign(item.asname.name, TOP, inner)
             out = self.run_block(self._suite(stmt.body), inner, frame)
             if out is not None:
+                # A copy: `out` may be the very environment recorded for the block's last statement.
+                out = out.copy()
                 out.autocast = env.autocast
+                out.nograd = env.nograd
             return out
         if isinstance(stmt, cst.Try):
             body_out = self.run_block(self._suite(stmt.body), env.copy(), frame)
@@ -553,7 +619,7 @@ class FileAnalysis:
 
     def run_small(self, small: cst.CSTNode, env: Env, frame: _Frame) -> Optional[Env]:
         if isinstance(small, cst.Assign):
-            value = self.eval(small.value, env)
+            value = self._in_region(self.eval(small.value, env), env)
             env = env.copy()
             for name in self.note_optimizer(small.value, env):
                 env.vars[name] = trained(env.vars.get(name, TOP))
@@ -564,7 +630,7 @@ class FileAnalysis:
         if isinstance(small, cst.AnnAssign):
             if small.value is None:
                 return env
-            value = self.eval(small.value, env)
+            value = self._in_region(self.eval(small.value, env), env)
             env = env.copy()
             self.assign(small.target, value, env, small.value)
             return env
@@ -575,12 +641,14 @@ class FileAnalysis:
             rhs = self.eval(small.value, env)
             value = transfer.apply(op, [current, rhs], {}, {}, self.token(small)) if op else TOP
             env = env.copy()
-            self.assign(small.target, value or TOP, env)
+            self.assign(small.target, self._in_region(value or TOP, env), env)
             return env
         if isinstance(small, cst.Expr):
             return self.run_expression_statement(small.value, env)
         if isinstance(small, cst.Return):
             value = self.eval(small.value, env) if small.value is not None else TOP
+            if env.nograd is not None and value.nograd is None:
+                value = replace(value, nograd=env.nograd)
             frame.returns = join(frame.returns, value) if frame.returned else value
             frame.returned = True
             return None
@@ -643,8 +711,15 @@ class FileAnalysis:
         elif method == "to" and any(self.ctx.qualname(a) in ("torch.float16", "torch.half", "torch.bfloat16") for a in positional):
             new = replace(current, dtype="float16")
             self._note_half(current, expr)
+        elif method == "register_buffer" and key == "self" and len(positional) >= 2 and \
+                isinstance(strip_parens(positional[0]), cst.SimpleString):
+            # A buffer is state autograd does not train: `self.codes` holds what is registered.
+            env = env.copy()
+            name = strip_parens(positional[0]).evaluated_value
+            self.assign(cst.Attribute(value=cst.Name("self"), attr=cst.Name(name)), self.eval(positional[1], env), env)
+            return env
         elif method == "requires_grad_":
-            new = replace(current, trainable=True)
+            new = replace(current, trainable=True, nograd=None)
         elif method in _MEMBER_UPDATES and current.members is not None:
             # `self.layers.append(m)`: what the container holds is no longer known.
             env = env.copy()
@@ -652,6 +727,11 @@ class FileAnalysis:
             return env
         else:
             self.eval(expr, env)
+            if method.endswith("_") and current.nograd is not None and env.nograd is None and any(
+                self.eval(a, env).nograd is None for a in positional + list(keywords.values())
+            ):
+                # `buf.copy_(h)`, `out.index_add_(0, i, h)`: what is written may carry a gradient.
+                new = replace(current, nograd=None)
         if new is None:
             return env
         env = env.copy()
@@ -680,7 +760,7 @@ class FileAnalysis:
                     names.append(name)
         return names
 
-    def _masked_update(self, target, index, current: Value, fill: Value, env: Env, line: int) -> Value:
+    def _masked_values(self, target, index, current: Value, fill: Value, env: Env, line: int) -> Value:
         """`t[cond] = v` / `t.masked_fill_(cond, v)` where cond tests t itself."""
         index = strip_parens(index)
         tcode = _code(self.ctx, target)
@@ -702,6 +782,14 @@ class FileAnalysis:
                                    evidence=(current.evidence + (Evidence(line, "small values replaced"),))[-4:])
             del right
         return join(current, fill) or TOP
+
+    def _masked_update(self, target, index, current: Value, fill: Value, env: Env, line: int) -> Value:
+        """`t[cond] = v` / `t.masked_fill_(cond, v)`: the values (`_masked_values`) and the
+        gradient: t takes one from v where it had none."""
+        out = self._masked_values(target, index, current, fill, env, line)
+        if out.nograd is not None and fill.nograd is None:
+            return replace(out, nograd=None)
+        return out
 
     def assign(self, target: cst.BaseExpression, value: Value, env: Env, source=None) -> None:
         target = strip_parens(target)
@@ -730,6 +818,12 @@ class FileAnalysis:
             key = dotted_name(target)
             if key is None:
                 return
+            if target.attr.value == "requires_grad":
+                # `x.requires_grad = True`: x is a leaf autograd now tracks.
+                owner = dotted_name(target.value)
+                if owner is not None:
+                    env.vars[owner] = replace(self.eval(target.value, env), trainable=True, nograd=None)
+                return
             env.vars[key] = value
             if key.startswith("self.") and key.count(".") == 1:
                 cls = self._current_class(env)
@@ -737,6 +831,12 @@ class FileAnalysis:
                     table = self.attrs.setdefault(cls, {})
                     old = table.get(key[5:])
                     table[key[5:]] = value if old is None else (join(old, value) or TOP)
+        elif isinstance(target, cst.Subscript) and len(target.slice) != 1:
+            # `t[:, 0] = h`: the values are not followed, but what is written may carry a gradient.
+            base = dotted_name(target.value)
+            current = self.eval(target.value, env) if base is not None else TOP
+            if base is not None and current.nograd is not None and value.nograd is None:
+                env.vars[base] = replace(current, nograd=None)
         elif isinstance(target, cst.Subscript) and len(target.slice) == 1:
             base = dotted_name(target.value)
             index = target.slice[0].slice
@@ -955,7 +1055,13 @@ class FileAnalysis:
                         return found
                 return TOP
             if node.attr.value in ("T", "mT", "data", "values") and self.ctx.qualname(node) is None:
-                return transfer.passthrough([self.eval(node.value, env, depth - 1)], {}, {}, 0)
+                inner = self.eval(node.value, env, depth - 1)
+                out = transfer.passthrough([inner], {}, {}, 0)
+                return transfer.gradient(out, node.attr.value, [inner], {}, self.token(node))
+            if node.attr.value in ("grad", "shape", "ndim", "dtype", "device") and self.ctx.qualname(node) is None:
+                # A gradient read as data (optimizer code), or metadata: nothing to differentiate.
+                what = "a `.grad` tensor" if node.attr.value == "grad" else f"`.{node.attr.value}`"
+                return Value(nograd=Evidence(self.token(node), what))
             return TOP
         if isinstance(node, cst.Subscript):
             base = self.eval(node.value, env, depth - 1)
@@ -992,7 +1098,7 @@ class FileAnalysis:
                 self.eval(el.value, env, depth - 1)
             return TOP
         if isinstance(node, cst.Comparison):
-            v = Value(lo=0.0, hi=1.0, mask=True, integer=True)
+            v = _boolean(self.token(node))
             if len(node.comparisons) == 1 and isinstance(node.comparisons[0].operator, cst.Equal):
                 left = _code(self.ctx, node.left)
                 right = _code(self.ctx, node.comparisons[0].comparator)
@@ -1007,12 +1113,13 @@ class FileAnalysis:
             b = self.eval(node.orelse, f, depth - 1) if f is not None else None
             return join(a, b) or TOP
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
-            return Value(lo=0.0, hi=1.0, mask=True, integer=True)
+            return _boolean(self.token(node))
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr)):
-            return Value(lo=0.0, hi=1.0, mask=True, integer=True)
+            return _boolean(self.token(node))
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Subtract):
             rel = self._relation(node.left, node.right, env)
-            out = transfer.sub([self.eval(node.left, env, depth - 1), self.eval(node.right, env, depth - 1)], {}, {}, self.token(node))
+            operands = [self.eval(node.left, env, depth - 1), self.eval(node.right, env, depth - 1)]
+            out = transfer.apply("sub", operands, {}, {}, self.token(node)) or TOP
             if rel is not None:
                 out = replace(out, lo=max(out.lo, 0.0)) if rel == ">=" else replace(out, hi=min(out.hi, 0.0))
                 out = out.with_evidence(self.token(node), "the branch condition bounds this difference")
@@ -1068,6 +1175,17 @@ class FileAnalysis:
         if full is not None:
             return self._eval_torch(full, node, positional, keywords, env, depth, line)
         if isinstance(func, cst.Name):
+            if func.value in _PYTHON_NUMBERS and func.value not in env.vars and func.value not in self.functions:
+                return Value(nograd=Evidence(line, f"a Python number (`{func.value}(...)`)"))
+            if func.value in ("sum", "max", "min") and len(positional) == 1 and func.value not in env.vars and \
+                    isinstance(strip_parens(positional[0]), (cst.GeneratorExp, cst.ListComp)):
+                # `sum(p.grad.norm() ** 2 for p in params)`: only whether the terms carry a gradient.
+                comp = strip_parens(positional[0])
+                inner = env.copy()
+                for name in _bound_inside(comp):
+                    inner.vars[name] = TOP
+                term = self.eval(comp.elt, inner, depth - 1)
+                return Value(nograd=term.nograd)
             if func.value in self.functions:
                 self._note_autocast(func.value, env, line)
                 value = self.function_return(self.functions[func.value])
@@ -1107,9 +1225,12 @@ class FileAnalysis:
             if receiver.module_out is not None and name in ("to", "cuda", "cpu", "eval", "train", "half"):
                 return receiver
             if name == "new_zeros":
-                return Value(lo=0.0, hi=0.0, zero="zeros")
+                return Value(lo=0.0, hi=0.0, zero="zeros", nograd=Evidence(line, "made by `new_zeros`"))
             if name == "new_ones":
-                return Value(lo=1.0, hi=1.0, nonzero=True)
+                return Value(lo=1.0, hi=1.0, nonzero=True, nograd=Evidence(line, "made by `new_ones`"))
+            if name in ("item", "tolist", "numpy", "size", "dim", "numel"):
+                return replace(receiver, module_out=None, instance_of=None, members=None,
+                               nograd=Evidence(line, f"`.{name}()`"))
             if name in ("uniform_",):
                 lo = self.eval(positional[0], env) if positional else point(0.0)
                 hi = self.eval(positional[1], env) if len(positional) > 1 else point(1.0)
@@ -1186,23 +1307,35 @@ class FileAnalysis:
         if full in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             inner = self.eval(positional[0], env, depth - 1) if positional else TOP
             return trained(inner).with_evidence(line, "an `nn.Parameter`: moved by training", learned=True)
+        if full in ("torch.autograd.grad", "torch.autograd.functional.vjp"):
+            # Gradients as values: differentiable only when built with `create_graph=True`.
+            flag = keywords.get("create_graph")
+            if isinstance(flag, cst.Name) and flag.value == "False" or flag is None:
+                return Value(nograd=Evidence(line, f"`{full}` without `create_graph`"))
+            return TOP
+        made = Evidence(line, f"made by `{full}` without `requires_grad`")
         if full in ("torch.linspace",) and len(positional) >= 2:
             a, b = self.eval(positional[0], env, depth - 1), self.eval(positional[1], env, depth - 1)
-            return interval(min(a.lo, b.lo), max(a.hi, b.hi)).with_evidence(line, "`linspace` bounds")
+            v = interval(min(a.lo, b.lo), max(a.hi, b.hi), nograd=made).with_evidence(line, "`linspace` bounds")
+            return self._requires_grad(v, keywords, line)
         if full == "torch.arange":
-            return Value(lo=0.0 if len(positional) <= 1 else -INF, integer=True)
-        if full in ("torch.tensor", "torch.as_tensor", "torch.scalar_tensor") and positional:
-            inner = self.eval(positional[0], env, depth - 1)
+            return Value(lo=0.0 if len(positional) <= 1 else -INF, integer=True, nograd=made)
+        if full in ("torch.tensor", "torch.scalar_tensor") and positional:
+            # A new leaf: its data is copied, its history is not.
+            inner = replace(self.eval(positional[0], env, depth - 1), nograd=made)
             return self._requires_grad(inner, keywords, line)
+        if full == "torch.as_tensor" and positional:
+            return self._requires_grad(self.eval(positional[0], env, depth - 1), keywords, line)
         if short in transfer.CREATION:
             lo, hi, zero = transfer.CREATION[short]
-            v = Value(lo=lo, hi=hi, zero=zero, nonzero=lo > 0)
+            v = Value(lo=lo, hi=hi, zero=zero, nonzero=lo > 0, nograd=made)
             dtype = self.ctx.precision.dtype_of(keywords.get("dtype")) if self.ctx.precision else None
             if dtype:
                 v = replace(v, dtype=dtype)
             return self._requires_grad(v, keywords, line)
         if full in ("torch.full", "torch.full_like") and len(positional) >= 2:
-            return self._requires_grad(self.eval(positional[1], env, depth - 1), keywords, line)
+            filled = replace(self.eval(positional[1], env, depth - 1), nograd=made)
+            return self._requires_grad(filled, keywords, line)
         if full == "torch.where" and len(positional) == 3:
             return join(self.eval(positional[1], env, depth - 1), self.eval(positional[2], env, depth - 1)) or TOP
         if full in ("torch.maximum", "torch.fmax") and len(positional) == 2:
@@ -1210,17 +1343,17 @@ class FileAnalysis:
             lo = max(a.lo, b.lo)
             return Value(lo=lo, hi=max(a.hi, b.hi), nonzero=a.positive or b.positive or lo > 0)
         if full in ("torch.nn.functional.relu6", "torch.relu_", "torch.nn.functional.relu_") and positional:
-            return transfer.relu([self.eval(positional[0], env, depth - 1)], {}, {}, line)
+            return transfer.apply("relu", [self.eval(positional[0], env, depth - 1)], {}, {}, line) or TOP
         if full == "torch.nn.functional.softmin" and positional:
             return transfer.softmax([TOP], {}, {}, line)
         if full in ("torch.tanh", "torch.nn.functional.tanh"):
             return transfer.tanh([TOP], {}, {}, line)
         if full in ("torch.bincount", "torch.histc", "torch.count_nonzero"):
-            return transfer.count([], {}, {}, line)
+            return transfer.apply("bincount", [], {}, {}, line) or TOP
         if full in ("torch.any", "torch.all", "torch.isfinite", "torch.isnan", "torch.logical_and",
                     "torch.logical_or", "torch.logical_not", "torch.isin", "torch.eq", "torch.ne",
                     "torch.gt", "torch.lt", "torch.ge", "torch.le"):
-            return Value(lo=0.0, hi=1.0, mask=True, integer=True)
+            return _boolean(line)
         if short is not None and short in transfer.OPS and positional:
             args = [self.eval(a, env, depth - 1) for a in positional]
             out = transfer.apply(short, args, {}, {}, line)

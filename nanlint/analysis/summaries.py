@@ -31,7 +31,7 @@ import libcst as cst
 from .values import TOP, Evidence, Value
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
-FORMAT = 1
+FORMAT = 2
 PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
 
 # Larger imported files are not summarized (the default `max-file-size`: a file that large is
@@ -42,7 +42,7 @@ _NESTING = 2
 # A file that never says this has no autocast region to call a function in.
 _MAY_AUTOCAST = re.compile(r"autocast")
 
-_DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out")}
+_DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out", "nograd")}
 
 
 # ---------------------------------------------------------------------- values <-> data
@@ -72,6 +72,8 @@ def value_to_data(v: Value) -> Dict[str, Any]:
         out["module_out"] = value_to_data(v.module_out)
     if v.evidence:
         out["evidence"] = [[e.line, e.reason] for e in v.evidence]
+    if v.nograd is not None:
+        out["nograd"] = [v.nograd.line, v.nograd.reason]
     return out
 
 
@@ -92,6 +94,9 @@ def value_from_data(data: Dict[str, Any], display: str) -> Value:
     evidence = []
     for line, reason in data.get("evidence", ()):
         evidence.append(Evidence(0, f"{reason} at {display}:{line}" if line else f"{reason} ({display})"))
+    if "nograd" in data:
+        line, reason = data["nograd"]
+        kw["nograd"] = Evidence(0, f"{reason} at {display}:{line}" if line else reason)
     # Another file's class is not one of this file's: it is reached through `module_out`.
     kw.pop("instance_of", None)
     return Value(evidence=tuple(evidence), **kw)
@@ -199,7 +204,8 @@ def _resolved(fa, v: Value, depth: int = _NESTING) -> Value:
                 out = Value(learned=True, evidence=(Evidence(0, f"output of `{v.instance_of}`"),))
     if out is not None:
         out = _resolved(fa, out, depth - 1) if depth > 0 else None
-    return replace(v, evidence=ev, module_out=out, instance_of=None)
+    nograd = v.nograd and Evidence(_line(fa, v.nograd.line, getattr(fa, "_summary_name", None)), v.nograd.reason)
+    return replace(v, evidence=ev, module_out=out, instance_of=None, nograd=nograd)
 
 
 def half_precision_callees(fa) -> Dict[str, str]:

@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional
 
-from .values import INF, TOP, Value, interval, join
+from .values import INF, TOP, Evidence, Value, interval, join
 
 Args = List[Value]
 Kw = Dict[str, Value]
@@ -379,11 +379,31 @@ OPS: Dict[str, Transfer] = {
 }
 
 
+# Ops whose result takes no gradient back to its operands: a detached copy, integer and
+# boolean results, counts. (What the op is called on says why.)
+GRADIENT_CUTS = {
+    "detach": "`.detach()`", "data": "`.data`", "long": "an integer cast", "int": "an integer cast",
+    "bool": "a boolean", "any": "a boolean", "all": "a boolean", "bincount": "a count",
+    "count_nonzero": "a count", "histc": "a count",
+}
+
+
+def gradient(out: Value, name: Optional[str], args: Args, kw: Kw, line: int) -> Value:
+    """`out` with the gradient fact an op's result has: none where the op cuts it or where
+    no operand carries one (the first operand's reason is kept), else it may flow."""
+    if name in GRADIENT_CUTS:
+        return replace(out, nograd=Evidence(line, GRADIENT_CUTS[name]))
+    operands = list(args) + list(kw.values())
+    if operands and all(a.nograd is not None for a in operands):
+        return out if out.nograd is not None else replace(out, nograd=operands[0].nograd)
+    return out if out.nograd is None else replace(out, nograd=None)
+
+
 def apply(name: str, args: Args, kw: Kw, codes: Codes, line: int) -> Optional[Value]:
     transfer = OPS.get(name)
     if transfer is None:
         return None
-    return transfer(args, kw, codes, line)
+    return gradient(transfer(args, kw, codes, line), name, args, kw, line)
 
 
 def joined(values: List[Value]) -> Value:
@@ -393,4 +413,4 @@ def joined(values: List[Value]) -> Value:
     return out or TOP
 
 
-__all__ = ["OPS", "CREATION", "apply", "EXP_OVERFLOW", "joined"]
+__all__ = ["OPS", "CREATION", "GRADIENT_CUTS", "apply", "gradient", "EXP_OVERFLOW", "joined"]

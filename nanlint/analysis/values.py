@@ -58,6 +58,10 @@ class Value:
     dtype: Optional[str] = None
     # Moved by training (requires_grad, nn.Parameter, given to an optimizer).
     trainable: bool = False
+    # Why no gradient flows back through this value, or None (it may): a constant, a
+    # `.detach()`, a tensor made without `requires_grad`, a value computed under
+    # `torch.no_grad()`. Gradient-only hazards (the inf derivative of sqrt at 0) need it None.
+    nograd: Optional[Evidence] = None
     # A module object: what calling it returns (`nn.Softmax(dim=1)`, `Policy(...)`).
     module_out: Optional["Value"] = None
     # An instance of a class of this file (its name), for `model(x)` -> forward.
@@ -92,10 +96,12 @@ class Value:
 
 
 TOP = Value()
+CONSTANT = Evidence(0, "a constant")
 
 
 def point(v: float) -> Value:
-    return Value(lo=v, hi=v, nonzero=v != 0, zero=None, integer=float(v).is_integer())
+    return Value(lo=v, hi=v, nonzero=v != 0, zero=None, integer=float(v).is_integer(),
+                 nograd=CONSTANT)
 
 
 def interval(lo: float, hi: float, **kw) -> Value:
@@ -124,6 +130,7 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         learned=a.learned and b.learned,
         dtype=a.dtype if a.dtype == b.dtype else (a.dtype or b.dtype if "float16" in (a.dtype, b.dtype) else None),
         trainable=a.trainable or b.trainable,
+        nograd=a.nograd if a.nograd and b.nograd else None,
         module_out=_joined_module(a, b),
         instance_of=a.instance_of if a.instance_of == b.instance_of else None,
         members=a.members if a.members == b.members else None,

@@ -745,8 +745,6 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
 
     # ----------------------------------------------------------------- matching
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        if ctx.precision.in_no_grad:
-            return  # the hazards are the gradient's: saturation, NaN in float16
         kind = None
         ctor: Optional[cst.Call] = None
         if ctx.qualname(node.func) in _BCE_FUNCTIONAL:
@@ -757,10 +755,10 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
             held = self._held(ctx, node.func)
             if held is not None and _is_bce_module(ctx, held):
                 kind, ctor = "criterion", held
-        if kind is None:
+        if kind is None or any(a.star for a in node.args):
             return
-        if any(a.star for a in node.args):
-            return
+        if analysis.no_gradient(ctx, node):
+            return  # the hazards are the gradient's: saturation, NaN in float16
         input_index = next((i for i, a in enumerate(node.args) if a.keyword is None), None)
         if input_index is None:
             input_index = next(

@@ -250,8 +250,8 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
         if analysis.exp_cannot_overflow(ctx, negate(ctx, argument)):
             return  # `exponent = exponent.clamp(-50, 50)` before: exp stays finite
         forward_hazard = self._forward_hazard(node, ctx)
-        if ctx.precision.in_no_grad and not forward_hazard:
-            return  # only the gradient turns NaN, and there is none here
+        if not forward_hazard and analysis.no_gradient(ctx, node):
+            return  # only the gradient turns NaN, and none flows here
         sigmoid, imports = ctx.spell("torch.sigmoid")
         # The node's span excludes its own parentheses: they stay in the file.
         replacement = f"{sigmoid}({node_code(strip_parens(argument))})"

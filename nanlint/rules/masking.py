@@ -125,12 +125,6 @@ def _guards_itself(ctx: FileContext, operand: cst.BaseExpression) -> bool:
     return False
 
 
-def _no_gradient(ctx: FileContext, operand: cst.BaseExpression) -> bool:
-    """A detached operand or a literal: no gradient reaches it."""
-    text = node_code(operand)
-    return ".detach()" in text or "torch.no_grad" in text
-
-
 def _bare(ctx: FileContext, node: cst.BaseExpression) -> str:
     """Code of `node` without parentheses, casts and `abs()`: what a comparison tests."""
     node = _strip_casts(ctx, node)
@@ -273,57 +267,15 @@ def _non_finite_filler(ctx: FileContext, node: cst.BaseExpression) -> bool:
     return _NON_FINITE.search(node_code(node)) is not None
 
 
-def _gradless(ctx: FileContext, node: cst.BaseExpression, depth: int = 4) -> bool:
-    """No gradient can flow into `node`: a count of comparisons, a literal, a comparison."""
-    if depth <= 0:
-        return False
-    node = _strip_casts(ctx, node)
-    if number_value(node) is not None or isinstance(node, cst.Comparison):
-        return True
-    if isinstance(node, cst.Name):
-        value = ctx.value_of(node, 1)
-        return value is not node and _gradless(ctx, value, depth - 1)
-    op = ctx.op(node)
-    if op is None:
-        return False
-    if op.name in ("sum", "mean") and op.args:
-        return _gradless(ctx, op.args[0], depth - 1)
-    if op.name in ("add", "sub", "mul", "div", "neg") and op.args:
-        return all(_gradless(ctx, a, depth - 1) for a in op.args)
-    return False
-
-
 def _descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
     yield node
     for child in node.children:
         yield from _descendants(child)
 
 
-_NO_GRAD_METHODS = {"long", "int", "bool", "short", "byte", "detach", "item", "tolist", "numpy"}
-_INTEGER_DTYPES = re.compile(r"^torch\.(long|int|int64|int32|int16|int8|uint8|bool)$")
-
-
-def _cuts_gradient(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """No gradient flows back through `node`: an integer or bool cast, `detach()`, a
-    comparison."""
-    if isinstance(node, cst.Comparison):
-        return True
-    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
-        return False
-    if ctx.qualname(node.func.value) is not None:
-        return False
-    method = node.func.attr.value
-    if method in _NO_GRAD_METHODS:
-        return True
-    if method in ("to", "type") and node.args:
-        q = ctx.qualname(node.args[0].value) if node.args[0].keyword is None or node.args[0].keyword.value == "dtype" else None
-        return q is not None and _INTEGER_DTYPES.match(q) is not None
-    return False
-
-
 def _grad_descendants(ctx: FileContext, node: cst.CSTNode) -> Iterable[cst.CSTNode]:
     """The nodes under `node` whose gradient reaches it (not below an integer cast)."""
-    if _cuts_gradient(ctx, node):
+    if analysis.cuts_gradient(ctx, node):
         return
     yield node
     for child in node.children:
@@ -381,8 +333,10 @@ names the patch line; it has no automatic fix (guard the argument where it is co
 
 Reported only where the condition reads the same variable as the unsafe op's argument (the
 condition is evidently the guard); not where the argument is kept in the domain anyway
-(`sqrt(x.clamp(min=eps))`, `log(x + eps)`, an inner `where`), nor inside `torch.no_grad()` or
-`torch.inference_mode()`, where there is no gradient to poison. Also silent: a condition that
+(`sqrt(x.clamp(min=eps))`, `log(x + eps)`, an inner `where`), nor where no gradient reaches
+the op: autograd off (`torch.no_grad()`, `torch.inference_mode()`, a custom
+`torch.autograd.Function`, an optimizer's `step`), or an argument that carries none (detached,
+a `.grad` tensor, a tensor made without `requires_grad`). Also silent: a condition that
 keeps the singular point in the selected branch (`torch.where(c < 50, 5000 / c, ...)`: the inf
 at c = 0 is in the value, not hidden in the gradient), a discarded branch filled with NaN or inf
 on purpose (`torch.where(p > 0, tp / p, nan)`), operands that are counts of comparisons (no
@@ -442,10 +396,8 @@ variable, the finding comes without a fix.
     )
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        if ctx.precision is not None and ctx.precision.in_no_grad:
-            return
         parts = _where_parts(ctx, node)
-        if parts is None:
+        if parts is None or analysis.no_gradient(ctx, node):
             return
         cond, when_true, when_false, style = parts
         # `torch.where(torch.isfinite(v), v, c)` repairs a value already computed: out of
@@ -473,14 +425,14 @@ variable, the finding comes without a fix.
                 if found is None:
                     continue
                 what, operand = found
-                if _guards_itself(ctx, operand) or _no_gradient(ctx, operand):
+                if _guards_itself(ctx, operand) or analysis.no_gradient(ctx, operand):
                     continue
                 if not _domain_guard(ctx, cond, operand):
                     continue
                 if not _singular_discarded(ctx, cond, operand, what, taken_when_true):
                     continue
                 sub_op = ctx.op(sub)
-                if all(_gradless(ctx, a) for a in (sub_op.args[:2] if sub_op is not None else [operand])):
+                if all(analysis.no_gradient(ctx, a) for a in (sub_op.args[:2] if sub_op is not None else [operand])):
                     continue
                 local = not any(sub is d for d in _descendants(branch))
                 through_local = through_local or local
@@ -509,8 +461,6 @@ variable, the finding comes without a fix.
         """The same hazard spelled as a patch: `phi = torch.acos(r); phi[r >= 1] = 0` fixes
         the values where `r` left the domain, but autograd still differentiates `acos` there
         (0 * inf = NaN), as for the discarded branch of a `where`. Reported at the op, once."""
-        if ctx.precision is not None and ctx.precision.in_no_grad:
-            return
         if len(node.targets) != 1 or _non_finite_filler(ctx, node.value):
             return
         target = strip_parens(node.targets[0].target)
@@ -522,14 +472,14 @@ variable, the finding comes without a fix.
             return
         patched = strip_parens(target.value)
         computed = ctx.value_of(patched, 1)
-        if computed is patched:
+        if computed is patched or analysis.no_gradient(ctx, patched):
             return
         for sub in _grad_descendants(ctx, computed):
             found = _unsafe_operand(ctx, sub)
             if found is None:
                 continue
             what, operand = found
-            if _guards_itself(ctx, operand) or _no_gradient(ctx, operand) or _gradless(ctx, operand):
+            if _guards_itself(ctx, operand) or analysis.no_gradient(ctx, operand):
                 continue
             # The patched points are the ones the op's value is discarded at.
             if not _domain_guard(ctx, cond, operand) or not _singular_discarded(ctx, cond, operand, what, False):

@@ -106,23 +106,6 @@ def _has_free_input(ctx: FileContext, node: cst.BaseExpression, env: Env) -> boo
     return bool(free_inputs(ctx.canonical(strip_parens(node), env)))
 
 
-_DETACHED = re.compile(r"\.(grad|data)\b|\.detach\(\)")
-
-
-def _without_gradient(ctx: FileContext, node: cst.BaseExpression, x: cst.BaseExpression, env: Env) -> bool:
-    """True where no gradient can flow through the norm: its input reads `.grad`, `.data` or
-    `.detach()` (gradient-norm bookkeeping), or the result is turned into a Python number
-    right away (`.item()`, `.tolist()`)."""
-    if _DETACHED.search(node_code(ctx.canonical(strip_parens(x), env))):
-        return True
-    stack = ctx.stack
-    for i in range(len(stack) - 1, 0, -1):
-        if stack[i] is node:
-            parent = stack[i - 1]
-            return isinstance(parent, cst.Attribute) and parent.attr.value in ("item", "tolist")
-    return False
-
-
 class SqrtOfSumOfSquares(Rule):
     code = "NAN109"
     untuned_precision = (
@@ -162,9 +145,14 @@ has a NaN gradient at the zero vector (the clamp passes a gradient of 0, and sqr
 computes 0 / 0). The clamp or epsilon has to go inside the root.
 
 Not reported: guarded forms (`sqrt(s + eps)`, `sqrt(s.clamp(min=eps))`, `(a - b + eps) ** 2`,
-whose gradient is finite), code inside `torch.no_grad()` / `torch.inference_mode()`, norms of
-`.grad`, `.data` or `.detach()` values, and results turned into numbers at once (`.item()`),
-since the hazard is in the gradient only, and sums of constants.
+whose gradient is finite), and, since the hazard is in the gradient only, norms that no
+gradient reaches: code where autograd is off (`torch.no_grad()` / `torch.inference_mode()`
+blocks and decorators, a custom `torch.autograd.Function`, an optimizer's `step`), norms of
+`.grad`, `.data` or `.detach()` values, of tensors made without `requires_grad`
+(`torch.randn(n, d)`, a registered buffer) or of values computed under `no_grad` a few
+statements earlier, results turned into numbers at once (`.item()`), and sums of constants.
+A tensor marked `requires_grad` later, or filled in place from one that carries a gradient,
+is reported.
 
 Off by default (enable it with `--select NAN109` or `extend-select`): most sums of squares
 under a square root in real code are never differentiated (kmeans convergence tests, box
@@ -238,8 +226,6 @@ NaN there (see the table); this rule stays silent on it, as on any guard."""
             inner = op.args[0]
         else:
             return
-        if ctx.precision is not None and ctx.precision.in_no_grad:
-            return
         total = _find(ctx, inner, ("sum",))
         if total is None or not total.op.args:
             return
@@ -247,7 +233,7 @@ NaN there (see the table); this rule stays silent on it, as on any guard."""
         if squared is None:
             return
         x, x_env = squared
-        if not _has_free_input(ctx, x, x_env) or _without_gradient(ctx, node, x, x_env):
+        if not _has_free_input(ctx, x, x_env) or analysis.no_gradient(ctx, node):
             return
         if is_guarded(ctx, x, x_env):  # `(x - y + eps) ** 2`: the vector never reaches 0
             return
@@ -320,10 +306,11 @@ put an exact 0 under the root in normal use:
 
 Not reported: a sum of squares under the root (NAN109 reports it), a clamp or an epsilon that
 keeps the argument above 0 (`clamp(min=1e-12)`, `+ eps`), `sqrt(relu(x))` (ReLU's backward
-selects 0 where its input is not positive, so the `inf` never leaves it), code under
-`torch.no_grad()` / `torch.inference_mode()` or in a `torch.autograd.Function` (whose
-gradient is its own `backward`), and values read from `.grad`, `.data` or
-`.detach()` or turned into numbers at once (`.item()`): the hazard is in the gradient only.
+selects 0 where its input is not positive, so the `inf` never leaves it), code where
+autograd is off (`torch.no_grad()` / `torch.inference_mode()`, a `torch.autograd.Function`,
+whose gradient is its own `backward`, an optimizer's `step`), and values no gradient reaches:
+read from `.grad`, `.data` or `.detach()` (here or in an earlier statement), made without
+`requires_grad`, or turned into numbers at once (`.item()`): the hazard is in the gradient only.
 
 Off by default (enable it with `--select NAN122` or `extend-select`): like NAN109, a linter
 cannot see whether a square root is on a backward path, and most clamps at 0 before a root
@@ -391,14 +378,12 @@ scale of the values and changes them slightly."""
         inner = _sqrt_argument(ctx, node)
         if inner is None:
             return
-        if (ctx.precision is not None and ctx.precision.in_no_grad) or analysis.gradient_by_hand(ctx):
-            return
         if _find(ctx, inner, ("sum",)) is not None:
             return  # a sum of squares: NAN109
         squared = _squared(ctx, inner, None)
         if squared is not None:
             x, x_env = squared
-            if not _has_free_input(ctx, x, x_env) or _without_gradient(ctx, node, x, x_env):
+            if not _has_free_input(ctx, x, x_env) or analysis.no_gradient(ctx, node):
                 return
             if is_guarded(ctx, x, x_env) or analysis.excludes_zero(ctx, x):
                 return
@@ -417,7 +402,7 @@ scale of the values and changes them slightly."""
         evidence = analysis.clamped_to_zero(ctx, inner)
         if evidence is None:
             return
-        if not _has_free_input(ctx, inner, None) or _without_gradient(ctx, node, inner, None):
+        if not _has_free_input(ctx, inner, None) or analysis.no_gradient(ctx, node):
             return
         message = (
             f"square root of a value clamped at exactly 0 ({evidence}): where it sits on the "
