@@ -60,6 +60,9 @@ _LEARNED_MODULES = {
     "torch.nn.Conv3d", "torch.nn.Bilinear", "torch.nn.LazyLinear",
 }
 _CONTAINERS = {"torch.nn.Sequential"}
+# Ops that put tensors side by side: each element of the result comes from one of them.
+_JOINING = {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack",
+            "torch.hstack", "torch.dstack", "torch.row_stack", "torch.column_stack"}
 _MODULE_LISTS = {"torch.nn.ModuleList", "torch.nn.ModuleDict"}
 # Methods that change what a ModuleList / ModuleDict holds.
 _MEMBER_UPDATES = {"append", "extend", "insert", "update", "pop", "clear"}
@@ -1307,6 +1310,8 @@ class FileAnalysis:
         if full in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             inner = self.eval(positional[0], env, depth - 1) if positional else TOP
             return trained(inner).with_evidence(line, "an `nn.Parameter`: moved by training", learned=True)
+        if full in _JOINING and positional:
+            return self._joined_pieces(positional[0], env, depth)
         if full in ("torch.autograd.grad", "torch.autograd.functional.vjp"):
             # Gradients as values: differentiable only when built with `create_graph=True`.
             flag = keywords.get("create_graph")
@@ -1359,6 +1364,24 @@ class FileAnalysis:
             out = transfer.apply(short, args, {}, {}, line)
             return out if out is not None else TOP
         return TOP
+
+    def _joined_pieces(self, pieces: cst.BaseExpression, env: Env, depth: int) -> Value:
+        """`torch.cat([a, b])`, `torch.stack([f(o) for o in obs])`: every element of the
+        result is an element of one piece (their join); a simplex along a dim is not kept."""
+        pieces = strip_parens(pieces)
+        if isinstance(pieces, (cst.List, cst.Tuple)) and pieces.elements and not any(
+            isinstance(el, cst.StarredElement) for el in pieces.elements
+        ):
+            values = [self.eval(el.value, env, depth - 1) for el in pieces.elements]
+        elif isinstance(pieces, (cst.ListComp, cst.GeneratorExp)):
+            inner = env.copy()
+            for name in _bound_inside(pieces):
+                inner.vars[name] = TOP
+            values = [self.eval(pieces.elt, inner, depth - 1)]
+        else:
+            return TOP
+        joined = transfer.joined(values)
+        return replace(joined, simplex_dim=None, module_out=None, instance_of=None, members=None)
 
     def _module_list(self, full: str, arg: Optional[cst.BaseExpression], env: Env, depth: int) -> Value:
         """`nn.ModuleList([a, b])`, `nn.ModuleList([Block() for _ in range(n)])`,
