@@ -1334,6 +1334,8 @@ class FileAnalysis:
         if short in transfer.CREATION:
             lo, hi, zero = transfer.CREATION[short]
             v = Value(lo=lo, hi=hi, zero=zero, nonzero=lo > 0, nograd=made)
+            if short in ("randn", "randn_like"):
+                v = v.with_evidence(line, f"a Gaussian draw (`{full}`)", learned=True)
             dtype = self.ctx.precision.dtype_of(keywords.get("dtype")) if self.ctx.precision else None
             if dtype:
                 v = replace(v, dtype=dtype)

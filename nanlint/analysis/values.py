@@ -52,7 +52,8 @@ class Value:
     unit: bool = False
     # A dot product of unit vectors: in [-1, 1] in real arithmetic, a rounding step past it.
     cosine: bool = False
-    # A learned embedding / weight (linear output, parameter): not zero in practice.
+    # Not exactly the zero vector in practice: a learned embedding or weight (a linear layer's
+    # output, a parameter) or a Gaussian draw; zero only by a coincidence of every coordinate.
     learned: bool = False
     # "float16" / "bfloat16" / "float32", where evident.
     dtype: Optional[str] = None

@@ -543,8 +543,10 @@ checked with `isfinite`/`nan_to_num` right after, and whole-tensor normalization
 
 Learned vectors are not reported: the output of a linear layer or of a model, a parameter
 (`nn.Parameter(torch.randn(...))`), a sum of those, as in CLIP-style heads
-(`e = self.proj(x); e / e.norm(dim=-1, keepdim=True)`). They are exactly 0 only by a freak of
-training, and a rule that reports every such head teaches users to turn it off. A
+(`e = self.proj(x); e / e.norm(dim=-1, keepdim=True)`), nor Gaussian draws
+(`v = torch.randn(n, 3); v / v.norm(dim=-1, keepdim=True)`, random axes and directions). They
+are exactly 0 only by a freak of training or a coincidence of every coordinate, and a rule
+that reports every such head teaches users to turn it off. A
 difference of learned vectors, a count or bag-of-words vector, a mask or a padding row is
 still reported. The broadcast spellings of `keepdim` (`x.norm(dim=1)[:, None]`,
 `.unsqueeze(-1)`) are matched too (without a fix).
@@ -632,9 +634,9 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
         if _nonzero_by_construction(ctx, numerator):
             return
         if analysis.value(ctx, numerator).learned:
-            # A learned embedding or weight (a linear layer's output, a parameter) normalized
-            # by its own norm: exactly 0 only by a freak of training; a difference, a count or
-            # a mask still reports.
+            # A learned embedding or weight (a linear layer's output, a parameter) or a
+            # Gaussian draw normalized by its own norm: exactly 0 only by a freak of training
+            # or of chance; a difference, a count or a mask still reports.
             return
         single = not isinstance(strip_parens(dim), (cst.Tuple, cst.List))
         edits = ()
