@@ -318,3 +318,75 @@ def test_a_join_cites_the_evidence_of_the_zero_reason_it_keeps():
         kept = a if a.zero else b
         assert both.zero == kept.zero
         assert both.evidence[-1] == kept.evidence[-1]
+
+
+GATED = '''\
+import torch
+from torch import nn
+
+
+class Gate(nn.Module):
+    def forward(self, p):
+        return torch.log(p)
+
+
+class Squash(nn.Module):
+    def forward(self, z):
+        return 1 / (1 + torch.exp(-z))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = Gate()
+        self.squash = Squash()
+
+    def forward(self, x):
+        return self.gate(torch.softmax(x, -1)) + self.squash(x.clamp(-10.0, 10.0))
+'''
+
+
+def test_forward_takes_what_the_instances_calls_pass_under_the_policy(tmp_path):
+    """`self.gate(p)` runs `Gate.forward`: the softmax it passes raises NAN201 wherever the
+    file lives; the clamp at the only call bounds `Squash.forward`'s exponent in a script or
+    for a private class, never for a public class of a package module."""
+    script = tmp_path / "train.py"
+    script.write_text(GATED)
+    assert _findings(script, GATED) == [("NAN201", 7)]
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "layers.py"
+    module.write_text(GATED)
+    assert _findings(module, GATED) == [("NAN101", 12), ("NAN201", 7)]
+    private = GATED.replace("Squash", "_Squash")
+    module.write_text(private)
+    assert _findings(module, private) == [("NAN201", 7)]
+    # A class with its own `__call__`: `inst(x)` does not run `forward`.
+    called = GATED.replace("class Gate(nn.Module):\n", "class Gate(nn.Module):\n    def __call__(self, p):\n        return p\n\n")
+    script.write_text(called)
+    assert _findings(script, called) == []
+    # The instance escapes (stored in a list the file never calls through): the clamp no longer
+    # speaks for every call, the softmax still does.
+    escaped = GATED + "\n\nREGISTRY = [Squash()]\n"
+    script.write_text(escaped)
+    assert _findings(script, escaped) == [("NAN101", 12), ("NAN201", 7)]
+
+
+def test_forward_through_explicit_calls_and_super():
+    source = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Base(nn.Module):\n"
+        "    def forward(self, p):\n"
+        "        return torch.log(p)\n\n\n"
+        "class Child(Base):\n"
+        "    def forward(self, x):\n"
+        "        return super().forward(torch.sigmoid(x))\n\n\n"
+        "class Other(nn.Module):\n"
+        "    def forward(self, q):\n"
+        "        return torch.log(q)\n\n\n"
+        "def run(x):\n"
+        "    return Other().forward(torch.softmax(x, 0))\n"
+    )
+    found = lint_source("m.py", source, [get_rule("NAN201")]).diagnostics
+    assert sorted((d.code, d.start.row) for d in found) == [("NAN201", 7), ("NAN201", 17)]

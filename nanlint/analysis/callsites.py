@@ -45,6 +45,7 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 import libcst as cst
 
+from ..context import strip_parens
 from ..ops import split_args
 from .values import TOP, Value, join
 
@@ -52,6 +53,12 @@ from .values import TOP, Value, join
 MAX_SITES = 8
 # Decorators that keep a function's parameters as written.
 _KEEPS_SIGNATURE = ("staticmethod", "classmethod")
+# Methods of a module that return the module itself (`Policy(...).to(device)`).
+_SAME_INSTANCE = ("to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16", "requires_grad_")
+# Uses of what holds a module that pass it no input (counted as seen, not as escapes);
+# `forward` is one: those calls are resolved on their own.
+_HARMLESS = "|".join(_SAME_INSTANCE + ("parameters", "named_parameters", "buffers", "modules", "children",
+                                       "state_dict", "load_state_dict", "zero_grad", "forward"))
 
 
 class Site(NamedTuple):
@@ -301,25 +308,36 @@ class CallSites:
         fa = self.fa
         cls = fa.owner.get(id(fn))
         name = fn.name.value
-        if cls is not None and name in ("forward", "__call__"):
+        if cls is not None and name == "__call__":
             return None
+        if cls is not None and name == "forward" and fa.method(cls, "__call__") is not None:
+            return None  # `inst(x)` runs the class's own `__call__`, not this
         decorators = [fa.ctx.code(d.decorator) for d in fn.decorators]
         if any(not (d in _KEEPS_SIGNATURE or d.startswith("torch.")) for d in decorators):
             return None
         params = self._params(fn, cls, decorators)
         if params is None:
             return None
-        found = self._sites(fn, cls, name)
-        if found is None:
-            return None
-        sites, resolved_all, via_self_only = found
         probing = fa.probing
-        if not sites and not probing:
-            return None
+        if cls is not None and name == "forward":
+            found_fwd = self._forward_calls(fn, cls, params)
+            if found_fwd is None:
+                return None
+            bound, resolved_all = found_fwd
+            if not bound:
+                return None  # no call the file makes: callers elsewhere (a training loop)
+            via_self_only = False
+        else:
+            found = self._sites(fn, cls, name)
+            if found is None:
+                return None
+            sites, resolved_all, via_self_only = found
+            if not sites and not probing:
+                return None
+            bound = [self._bind(site, params) for site in sites]
         # Probes trust the file's calls where the index sees them all (a function passed as
         # a value is called where the index cannot see with what).
         trusted = resolved_all and (probing or self._may_trust(fn, cls, name, via_self_only))
-        bound = [self._bind(site, params) for site in sites]
         joined: Dict[str, Optional[Value]] = {}
         for p in params:
             pname = p.name.value
@@ -328,7 +346,7 @@ class CallSites:
             joined[pname] = None
             for v in values:
                 joined[pname] = join(joined[pname], v)
-        if not sites:  # probing: the defaults are what the code runs with
+        if not bound:  # probing: the defaults are what the code runs with
             for p in params:
                 joined[p.name.value] = self._default(p) if p.default is not None else TOP
         out: Dict[str, Value] = {}
@@ -433,6 +451,150 @@ class CallSites:
                 sites.append(site)
                 via_self = False
         return sites, resolved, via_self and bool(sites)
+
+    # ------------------------------------------------------------------ forward
+    def _forward_calls(self, fn: cst.FunctionDef, cls: str, params: List[cst.Param]):
+        """(the bound arguments of every call the file makes to `fn`, the `forward` of an
+        nn.Module, and whether every one was resolved), or None where there are too many.
+
+        `forward` runs when an instance is called: `Cls(...)(x)`, `self.head = Head()` then
+        `self.head(x)`, `model = Policy(); model(obs)`, `inst.forward(x)`, `super().forward(x)`
+        in a subclass, and a member of `nn.Sequential(a, Cls(), ...)`, whose input is the
+        previous member's output. The instances are found from where the class (or an in-file
+        subclass that keeps this `forward`) is built, and each call through what holds one is
+        evaluated to check it calls this class. Anything else the file does with the class or
+        a holder (built inside a list, passed to a function, `isinstance`, a first Sequential
+        member, an `nn.ModuleList`) leaves the calls unresolved: then the join may raise a
+        hazard but never makes a value safer."""
+        fa = self.fa
+        owners = [c for c in fa.classes if (c == cls or self._inherits(c, cls)) and fa.method(c, "forward") is fn
+                  and (c == cls or fa.method(c, "__call__") is None)]
+        if all(self._mentions(c) <= 1 for c in owners):
+            return [], True  # built nowhere in the file
+        index = self.index
+        resolved = True
+        bound: List[Dict[str, Value]] = []
+        candidates: List[Site] = []
+        by_name: Dict[str, int] = {}  # a name assigned an instance -> how many times
+        by_attr: Dict[str, int] = {}  # `self.head = Head()` -> "head"
+        for c in owners:
+            made = index.by_name.get(c, [])
+            if len(made) > MAX_SITES:
+                return None
+            bases = sum(1 for node in fa.classes.values() for b in node.bases
+                        if isinstance(b.value, cst.Name) and b.value.value == c)
+            if self._mentions(c) > 1 + len(made) + bases:
+                resolved = False  # a factory argument, `isinstance`, an annotation, a string
+            for site in made:
+                node, stack = site.call, site.stack
+                # `Policy(...).to(device)`: still the instance.
+                while len(stack) >= 2 and isinstance(stack[-1], cst.Attribute) and stack[-1].value is node \
+                        and stack[-1].attr.value in _SAME_INSTANCE and isinstance(stack[-2], cst.Call) \
+                        and stack[-2].func is stack[-1]:
+                    node, stack = stack[-2], stack[:-2]
+                parent = stack[-1] if stack else None
+                if isinstance(parent, cst.Call) and parent.func is node:
+                    candidates.append(Site(parent, stack[:-1]))  # `Gate()(x)`
+                elif isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
+                    targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+                    target = targets[0] if len(targets) == 1 else None
+                    if isinstance(target, cst.Name):
+                        by_name[target.value] = by_name.get(target.value, 0) + 1
+                    elif isinstance(target, cst.Attribute):
+                        by_attr[target.attr.value] = by_attr.get(target.attr.value, 0) + 1
+                    else:
+                        resolved = False
+                elif isinstance(parent, cst.Arg) and len(stack) >= 2 and isinstance(stack[-2], cst.Call) \
+                        and fa.ctx.qualname(stack[-2].func) == "torch.nn.Sequential":
+                    found = self._sequential_input(stack[-2], stack[:-2], parent, params)
+                    if found is None:
+                        resolved = False  # the first member: its input is the Sequential's
+                    else:
+                        bound.append(found)
+                else:
+                    resolved = False
+        for word, made in by_name.items():
+            calls = index.by_name.get(word, [])
+            uses = len(re.findall(r"(?<![\w.])" + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", fa.ctx.source))
+            if self._mentions(word) > made + len(calls) + uses:
+                resolved = False  # passed on, stored, compiled: called where the index cannot see
+            candidates.extend(calls)
+        for word, made in by_attr.items():
+            calls = index.by_attr.get(word, [])
+            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", fa.ctx.source))
+            if self._mentions(word) > made + len(calls) + uses:
+                resolved = False
+            candidates.extend(calls)
+        explicit = index.by_attr.get("forward", [])
+        if len(candidates) + len(explicit) + len(bound) > MAX_SITES:
+            return None
+        for site in candidates:
+            env = self._env(site)
+            if env is None:
+                bound.append({})  # inside a function whose entry is being computed
+                continue
+            func = strip_parens(site.call.func)
+            if isinstance(func, cst.Attribute):
+                receiver = fa.eval(func.value, env)
+                if receiver.instance_of and receiver.module_out is None \
+                        and fa.method(receiver.instance_of, func.attr.value) is not None:
+                    continue  # a method of that name (`self.gate(x)` with `def gate`)
+            callee = fa.eval(func, env)
+            if callee.instance_of in owners and callee.module_out is None:
+                bound.append(self._bind(site, params))
+            elif callee.instance_of is None and callee.module_out is None and callee.members is None:
+                resolved = False  # unknown: it may be an instance of the class
+        for site in explicit:
+            receiver = strip_parens(site.call.func.value)  # type: ignore[attr-defined]
+            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super":
+                here = _enclosing_class(site)
+                base = self._base(here) if here is not None else None
+                if base is not None and fa.method(base, "forward") is fn:
+                    bound.append(self._bind(site, params))
+                continue
+            env = self._env(site)
+            if env is None:
+                continue
+            v = fa.eval(receiver, env)
+            if v.instance_of in owners and v.module_out is None:
+                bound.append(self._bind(site, params))
+            elif v.instance_of is None and v.module_out is None and v.members is None:
+                resolved = False
+        return bound, resolved
+
+    def _sequential_input(self, seq: cst.Call, stack: Tuple[cst.CSTNode, ...], arg: cst.Arg,
+                          params: List[cst.Param]) -> Optional[Dict[str, Value]]:
+        """A member of `nn.Sequential(prev, Cls(), ...)` takes `prev`'s output; None for the
+        first member (its input is what the Sequential is called with)."""
+        fa = self.fa
+        position = next((i for i, a in enumerate(seq.args) if a is arg), 0)
+        if position == 0 or arg.star or seq.args[position - 1].star or arg.keyword is not None or not params:
+            return None
+        env = self._env(Site(seq, stack))
+        if env is None:
+            return {}
+        prev = fa.eval(seq.args[position - 1].value, env)
+        if prev.module_out is not None:
+            out = prev.module_out
+        elif prev.instance_of and prev.members is None:
+            previous = fa.method(prev.instance_of, "forward")
+            out = fa.function_return(previous) if previous is not None and id(previous) not in self.computing else TOP
+        else:
+            out = TOP
+        first = params[0].name.value
+        bound = {first: out.with_evidence(fa.token(seq.args[position - 1]), f"the previous member's output, passed as `{first}`")}
+        for p in params[1:]:
+            if p.default is not None:
+                bound[p.name.value] = self._default(p)
+        return bound
+
+    def _base(self, cls: str) -> Optional[str]:
+        node = self.fa.classes.get(cls)
+        if node is not None:
+            for b in node.bases:
+                if isinstance(b.value, cst.Name) and b.value.value in self.fa.classes:
+                    return b.value.value
+        return None
 
     def _inherits(self, cls: str, base: str) -> bool:
         """`cls` is `base` or an in-file subclass of it (`self.m()` in the base dispatches to
