@@ -8,14 +8,25 @@ the caller's environment at the call (itself seeded from its own callers), so a 
 ever called with a softmax output sees a probability: "softmax at line 12, passed as `p` at
 line 30".
 
+`forward` of a module class runs when an instance is called, which a name-based index cannot
+find from the name `forward`; its calls are found from where the class (or an in-file
+subclass that keeps this `forward`) is built: `self.gate = Gate()` then `self.gate(p)` in any
+method, `model = Policy(...).to(device)` then `model(obs)`, `Gate()(p)`, `inst.forward(p)`,
+`super().forward(p)` in a subclass, and a member of `nn.Sequential(prev, Gate(), ...)`, whose
+input is `prev`'s output. Each call through a holder is evaluated to check that it reaches
+the class. Any other use of the class or of a holder (built in a list or an `nn.ModuleList`,
+first in a Sequential, passed to a function, stored, `isinstance`) marks the calls
+unresolved: their join may then raise a hazard but never make a value safer. A class with
+its own `__call__` gets no facts for `forward`, nor does a `forward` the file never calls.
+
 It is lazy and bounded: the callers' values are computed only when a rule asks about a value
 that may hold what a caller passed (a parameter, or a name the body assigns from one:
 `parameter_dependents`), the index of calls is built when a function first needs its entry
 (and not at all for a function the source names only in its definition), an entry is
 computed once per function (memoized), a call inside the function itself
 or in a function whose entry is being computed (recursion, mutual recursion) contributes the
-unknown value, and a function with more than `MAX_SITES` candidate calls gets no facts.
-`forward` (called as `module(x)`, which a name-based index cannot find) gets none either.
+unknown value, and a function with more than `MAX_SITES` candidate calls gets no facts (for
+`forward`: constructions of the class, or calls through its holders and of `.forward`).
 
 Soundness policy. No false alarms comes first, and the file's calls are all the calls only
 where no caller outside the file is plausible. So a call-site join is used two ways:
@@ -23,11 +34,12 @@ where no caller outside the file is plausible. So a call-site join is used two w
   passed to a public helper is a softmax at that call, whoever else calls the helper.
 - To make a value safer than unknown (every caller clamps, passes a bounded value, a mask
   that cannot be empty): only where the file's calls are all its calls. That is a private
-  name (`_helper`, a method of `_Cls`), a nested function, a method the file calls only as
-  `self.method(...)`, or any function of a script (a file with `if __name__ == "__main__":`,
-  or not in a package: no `__init__.py` beside it); and nothing else refers to it (passed as
-  a callback, stored, rebound: calls the index cannot see), and every candidate call was
-  resolved. Elsewhere (a public function of a package module) external callers may pass
+  name (`_helper`, a method of `_Cls`, the `forward` of `_Cls`), a nested function, a method
+  the file calls only as `self.method(...)`, or any function of a script (a file with
+  `if __name__ == "__main__":`, or not in a package: no `__init__.py` beside it); and nothing
+  else refers to it (passed as a callback, stored, rebound: calls the index cannot see), and
+  every candidate call was resolved. Elsewhere (a public function of a package module, the
+  `forward` of a public class there) external callers may pass
   anything, and the entry is the join of the unknown value with the calls' values: it keeps
   what raises hazards (a reason for exact 0, float16, trainable) and drops every bound.
 Probes (`FileAnalysis(ctx, probing=True)`) trust the file's calls wherever the index sees them
@@ -289,7 +301,7 @@ class CallSites:
     # ------------------------------------------------------------------ entries
     def entry(self, fn: cst.FunctionDef, plain: Dict[str, Value]) -> Optional[Dict[str, Value]]:
         """The entry value of each parameter of `fn` from the file's calls, or None where the
-        calls tell nothing (no call, too many, `forward`). `plain` holds what a parameter is
+        calls tell nothing (no call, too many, a class's own `__call__`). `plain` holds what a parameter is
         without call sites (unknown; an `eps` is positive): an untrusted join keeps it."""
         key = id(fn)
         if key in self._entries:
