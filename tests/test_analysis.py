@@ -390,3 +390,26 @@ def test_forward_through_explicit_calls_and_super():
     )
     found = lint_source("m.py", source, [get_rule("NAN201")]).diagnostics
     assert sorted((d.code, d.start.row) for d in found) == [("NAN201", 7), ("NAN201", 17)]
+
+
+def test_forward_of_module_list_members_trusts_calls_only_while_the_list_stays_in_view():
+    """Members of `nn.ModuleList([...])` are called through `self.bounded[i](x)` or a loop over
+    it; once the list is passed on, the clamps at the calls the file shows stop bounding."""
+    source = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Bounded(nn.Module):\n"
+        "    def forward(self, z):\n"
+        "        return 1 / (1 + torch.exp(-z))\n\n\n"
+        "class Stack(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.bounded = nn.ModuleList([Bounded() for _ in range(3)])\n\n"
+        "    def forward(self, x):\n"
+        "        y = self.bounded[0](x.clamp(-5.0, 5.0))\n"
+        "        for block in self.bounded:\n"
+        "            y = y + block(x.clamp(-5.0, 5.0))\n"
+        "        return y\n"
+    )
+    assert _findings("stack.py", source) == []
+    escaped = source + "\n\ndef hooks(model):\n    return register(model.bounded)\n"
+    assert _findings("stack.py", escaped) == [("NAN101", 7)]

@@ -116,6 +116,10 @@ class _Index:
         self.name_refs: Set[str] = set()
         self.attr_refs: Set[str] = set()
         self.nested_in: Dict[int, cst.FunctionDef] = {}  # id(nested def) -> enclosing def
+        # Calls of a member and loops over a container (`self.layers[i](x)`, `for layer in
+        # self.layers:`), by the container's last name.
+        self.by_subscript: Dict[str, List[Site]] = {}
+        self.loops: Dict[str, List[str]] = {}
         self._skip: Set[int] = set()
         self._path: List[cst.CSTNode] = []
         self._walk(module)
@@ -140,6 +144,14 @@ class _Index:
             elif isinstance(func, cst.Attribute):
                 self.by_attr.setdefault(func.attr.value, []).append(site)
                 self._skip.add(id(func))
+            elif isinstance(func, cst.Subscript):
+                word = _last_word(func.value)
+                if word is not None:
+                    self.by_subscript.setdefault(word, []).append(site)
+        elif isinstance(node, cst.For):
+            word = _last_word(node.iter)
+            if word is not None and isinstance(node.target, cst.Name):
+                self.loops.setdefault(word, []).append(node.target.value)
         elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             self._skip.add(id(node.name))
             if isinstance(node, cst.FunctionDef):
@@ -180,6 +192,16 @@ def names_in(node: cst.CSTNode) -> Set[str]:
             continue
         stack.extend(_children(n))
     return found
+
+
+def _last_word(node: cst.BaseExpression) -> Optional[str]:
+    """`layers` of `self.layers` or `layers`; None for anything else."""
+    node = strip_parens(node)
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Name):
+        return node.value
+    return None
 
 
 def _chain(node: cst.BaseExpression) -> Optional[str]:
@@ -489,6 +511,7 @@ class CallSites:
         candidates: List[Site] = []
         by_name: Dict[str, int] = {}  # a name assigned an instance -> how many times
         by_attr: Dict[str, int] = {}  # `self.head = Head()` -> "head"
+        by_member: Dict[str, Set[int]] = {}  # `self.layers = nn.ModuleList([Block() ...])` -> "layers"
         for c in owners:
             made = index.by_name.get(c, [])
             if len(made) > MAX_SITES:
@@ -516,6 +539,13 @@ class CallSites:
                         by_attr[target.attr.value] = by_attr.get(target.attr.value, 0) + 1
                     else:
                         resolved = False
+                elif isinstance(parent, (cst.Element, cst.ListComp)):
+                    held = self._module_list(node, stack)
+                    word = self._holder(*held) if held is not None else None
+                    if word is None:
+                        resolved = False
+                    else:
+                        by_member.setdefault(word, set()).add(id(held[0]))  # one list, many members
                 elif isinstance(parent, cst.Arg) and len(stack) >= 2 and isinstance(stack[-2], cst.Call) \
                         and fa.ctx.qualname(stack[-2].func) == "torch.nn.Sequential":
                     found = self._sequential_input(stack[-2], stack[:-2], parent, params)
@@ -536,6 +566,17 @@ class CallSites:
             uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", fa.ctx.source))
             if self._mentions(word) > made + len(calls) + uses:
                 resolved = False
+            candidates.extend(calls)
+        for word, made in by_member.items():
+            # `self.layers[i](x)`, `for layer in self.layers: x = layer(x)`, `len(self.layers)`.
+            calls = list(index.by_subscript.get(word, []))
+            loops = index.loops.get(word, [])
+            for target in dict.fromkeys(loops):
+                calls.extend(index.by_name.get(target, []))
+            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", fa.ctx.source)) \
+                + len(re.findall(r"\blen\(\s*(?:self\.)?" + re.escape(word) + r"\s*\)", fa.ctx.source))
+            if self._mentions(word) > len(made) + len(index.by_subscript.get(word, [])) + len(loops) + uses:
+                resolved = False  # appended to, passed on, iterated some other way
             candidates.extend(calls)
         explicit = index.by_attr.get("forward", [])
         if len(candidates) + len(explicit) + len(bound) > MAX_SITES:
@@ -573,6 +614,33 @@ class CallSites:
             elif v.instance_of is None and v.module_out is None and v.members is None:
                 resolved = False
         return bound, resolved
+
+    def _module_list(self, node: cst.Call, stack: Tuple[cst.CSTNode, ...]):
+        """(the `nn.ModuleList(...)` call, its ancestors) where `node` is written as one of its
+        members (`[Block(), ...]`, `[Block() for _ in range(n)]`), else None."""
+        fa = self.fa
+        parent = stack[-1] if stack else None
+        if isinstance(parent, cst.Element) and parent.value is node and len(stack) >= 4 \
+                and isinstance(stack[-2], (cst.List, cst.Tuple)):
+            arg_at = -3
+        elif isinstance(parent, cst.ListComp) and parent.elt is node and len(stack) >= 3:
+            arg_at = -2
+        else:
+            return None
+        arg, call = stack[arg_at], stack[arg_at - 1]
+        if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and arg.keyword is None and not arg.star \
+                and fa.ctx.qualname(call.func) == "torch.nn.ModuleList":
+            return call, stack[:arg_at - 1]
+        return None
+
+    def _holder(self, node: cst.Call, stack: Tuple[cst.CSTNode, ...]) -> Optional[str]:
+        """The name or attribute `node` is assigned to (`self.layers = node`), else None."""
+        parent = stack[-1] if stack else None
+        if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
+            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+            if len(targets) == 1 and isinstance(targets[0], (cst.Name, cst.Attribute)):
+                return _last_word(targets[0])
+        return None
 
     def _sequential_input(self, seq: cst.Call, stack: Tuple[cst.CSTNode, ...], arg: cst.Arg,
                           params: List[cst.Param]) -> Optional[Dict[str, Value]]:
