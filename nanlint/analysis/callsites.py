@@ -579,8 +579,12 @@ class CallSites:
                 resolved = False  # appended to, passed on, iterated some other way
             candidates.extend(calls)
         explicit = index.by_attr.get("forward", [])
-        if len(candidates) + len(explicit) + len(bound) > MAX_SITES:
+        if len(candidates) + len(bound) > MAX_SITES:
             return None
+        if len(explicit) > MAX_SITES:
+            # `.forward(...)` on many receivers (an encoder's, a base class's): not evaluated
+            # one by one; any may be this one.
+            explicit, resolved = [], False
         for site in candidates:
             env = self._env(site)
             if env is None:
@@ -613,6 +617,8 @@ class CallSites:
                 bound.append(self._bind(site, params))
             elif v.instance_of is None and v.module_out is None and v.members is None:
                 resolved = False
+        if len(bound) > MAX_SITES:
+            return None
         return bound, resolved
 
     def _module_list(self, node: cst.Call, stack: Tuple[cst.CSTNode, ...]):
