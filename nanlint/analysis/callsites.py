@@ -493,13 +493,15 @@ class CallSites:
 
         `forward` runs when an instance is called: `Cls(...)(x)`, `self.head = Head()` then
         `self.head(x)`, `model = Policy(); model(obs)`, `inst.forward(x)`, `super().forward(x)`
-        in a subclass, and a member of `nn.Sequential(a, Cls(), ...)`, whose input is the
-        previous member's output. The instances are found from where the class (or an in-file
-        subclass that keeps this `forward`) is built, and each call through what holds one is
-        evaluated to check it calls this class. Anything else the file does with the class or
-        a holder (built inside a list, passed to a function, `isinstance`, a first Sequential
-        member, an `nn.ModuleList`) leaves the calls unresolved: then the join may raise a
-        hazard but never makes a value safer."""
+        in a subclass, a member of `self.blocks = nn.ModuleList([...])` called as
+        `self.blocks[i](x)` or in `for block in self.blocks:`, and a member of
+        `nn.Sequential(a, Cls(), ...)`, whose input is the previous member's output. The
+        instances are found from where the class (or an in-file subclass that keeps this
+        `forward`) is built, and each call through what holds one is evaluated to check it
+        calls this class. Anything else the file does with the class or a holder (built in a
+        plain list, passed to a function, `isinstance`, a first Sequential member, a list
+        appended to) leaves the calls unresolved: then the join may raise a hazard but never
+        makes a value safer."""
         fa = self.fa
         owners = [c for c in fa.classes if (c == cls or self._inherits(c, cls)) and fa.method(c, "forward") is fn
                   and (c == cls or fa.method(c, "__call__") is None)]
