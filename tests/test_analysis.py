@@ -362,6 +362,13 @@ def test_forward_takes_what_the_instances_calls_pass_under_the_policy(tmp_path):
     private = GATED.replace("Squash", "_Squash")
     module.write_text(private)
     assert _findings(module, private) == [("NAN201", 7)]
+    # Every call clamps the softmax: quiet in a script, for a private class of a package
+    # module, and for a public one (the clamp is dropped there, and an unknown `p` is no
+    # reason for 0).
+    clamped = GATED.replace("torch.softmax(x, -1)", "torch.softmax(x, -1).clamp(min=1e-6)")
+    for where, text in ((script, clamped), (module, clamped.replace("Gate", "_Gate")), (module, clamped)):
+        where.write_text(text)
+        assert [f for f in _findings(where, text) if f[0] == "NAN201"] == []
     # A class with its own `__call__`: `inst(x)` does not run `forward`.
     called = GATED.replace("class Gate(nn.Module):\n", "class Gate(nn.Module):\n    def __call__(self, p):\n        return p\n\n")
     script.write_text(called)
@@ -413,3 +420,21 @@ def test_forward_of_module_list_members_trusts_calls_only_while_the_list_stays_i
     assert _findings("stack.py", source) == []
     escaped = source + "\n\ndef hooks(model):\n    return register(model.bounded)\n"
     assert _findings("stack.py", escaped) == [("NAN101", 7)]
+
+
+def test_the_probe_of_forward_takes_the_domain_its_instances_calls_pass(tmp_path):
+    """Probes trust the calls the file shows all of, a public class of a package included:
+    the verifier draws `p` from the simplex the only call passes."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "layers.py"
+    module.write_text(GATED)
+    (d,) = [d for d in lint_source(str(module), GATED, [get_rule("NAN201")]).diagnostics]
+    (p,) = [i for i in d.probe.inputs if i.name == "p"]
+    assert (p.kind, p.dim, p.domain) == ("simplex", -1, (0.0, 1.0))
+    assert "passed as `p`" in p.evidence
+    # Also named in a string (a registry by name may build it): any `p`, no domain.
+    named = GATED + '\n\nLAYERS = {"gate": "Gate"}\n'
+    (d,) = [d for d in lint_source(str(module), named, [get_rule("NAN201")]).diagnostics]
+    assert [i for i in d.probe.inputs if i.name == "p" and i.kind == "simplex"] == []

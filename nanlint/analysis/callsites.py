@@ -69,6 +69,8 @@ _KEEPS_SIGNATURE = ("staticmethod", "classmethod")
 _SAME_INSTANCE = ("to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16", "requires_grad_")
 # Uses of what holds a module that pass it no input (counted as seen, not as escapes);
 # `forward` is one: those calls are resolved on their own.
+# `word = ...`, `word: T = ...` (not `==`, not `+=`).
+_ASSIGNED = r"\s*(?::[^=\n]*)?=(?!=)"
 _HARMLESS = "|".join(_SAME_INSTANCE + ("parameters", "named_parameters", "buffers", "modules", "children",
                                        "state_dict", "load_state_dict", "zero_grad", "forward"))
 
@@ -557,16 +559,22 @@ class CallSites:
                         bound.append(found)
                 else:
                     resolved = False
-        for word, made in by_name.items():
+        # A holder's mentions that pass the instance nowhere: calls through it (evaluated
+        # below), harmless methods, and assignments to it (they replace what it holds; an
+        # instance assigned there was built somewhere, and that place is checked above).
+        source = fa.ctx.source
+        for word in by_name:
             calls = index.by_name.get(word, [])
-            uses = len(re.findall(r"(?<![\w.])" + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", fa.ctx.source))
-            if self._mentions(word) > made + len(calls) + uses:
+            uses = len(re.findall(r"(?<![\w.])" + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
+                + len(re.findall(r"(?<![\w.])" + re.escape(word) + _ASSIGNED, source))
+            if self._mentions(word) > len(calls) + uses:
                 resolved = False  # passed on, stored, compiled: called where the index cannot see
             candidates.extend(calls)
-        for word, made in by_attr.items():
+        for word in by_attr:
             calls = index.by_attr.get(word, [])
-            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", fa.ctx.source))
-            if self._mentions(word) > made + len(calls) + uses:
+            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
+                + len(re.findall(r"\." + re.escape(word) + _ASSIGNED, source))
+            if self._mentions(word) > len(calls) + uses:
                 resolved = False
             candidates.extend(calls)
         for word, made in by_member.items():
@@ -575,9 +583,10 @@ class CallSites:
             loops = index.loops.get(word, [])
             for target in dict.fromkeys(loops):
                 calls.extend(index.by_name.get(target, []))
-            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", fa.ctx.source)) \
-                + len(re.findall(r"\blen\(\s*(?:self\.)?" + re.escape(word) + r"\s*\)", fa.ctx.source))
-            if self._mentions(word) > len(made) + len(index.by_subscript.get(word, [])) + len(loops) + uses:
+            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
+                + len(re.findall(r"\blen\(\s*(?:self\.)?" + re.escape(word) + r"\s*\)", source)) \
+                + len(re.findall(r"(?<![\w])" + re.escape(word) + _ASSIGNED, source))
+            if self._mentions(word) > len(index.by_subscript.get(word, [])) + len(loops) + uses:
                 resolved = False  # appended to, passed on, iterated some other way
             candidates.extend(calls)
         explicit = index.by_attr.get("forward", [])
