@@ -513,9 +513,9 @@ class CallSites:
         resolved = True
         bound: List[Dict[str, Value]] = []
         candidates: List[Site] = []
-        by_name: Dict[str, int] = {}  # a name assigned an instance -> how many times
-        by_attr: Dict[str, int] = {}  # `self.head = Head()` -> "head"
-        by_member: Dict[str, Set[int]] = {}  # `self.layers = nn.ModuleList([Block() ...])` -> "layers"
+        by_name: Set[str] = set()  # names assigned an instance (`model = Policy()`)
+        by_attr: Set[str] = set()  # attributes assigned one: `self.head = Head()` -> "head"
+        by_member: Set[str] = set()  # `self.layers = nn.ModuleList([Block() ...])` -> "layers"
         for c in owners:
             made = index.by_name.get(c, [])
             if len(made) > MAX_SITES:
@@ -538,9 +538,9 @@ class CallSites:
                     targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
                     target = targets[0] if len(targets) == 1 else None
                     if isinstance(target, cst.Name):
-                        by_name[target.value] = by_name.get(target.value, 0) + 1
+                        by_name.add(target.value)
                     elif isinstance(target, cst.Attribute):
-                        by_attr[target.attr.value] = by_attr.get(target.attr.value, 0) + 1
+                        by_attr.add(target.attr.value)
                     else:
                         resolved = False
                 elif isinstance(parent, (cst.Element, cst.ListComp)):
@@ -549,7 +549,7 @@ class CallSites:
                     if word is None:
                         resolved = False
                     else:
-                        by_member.setdefault(word, set()).add(id(held[0]))  # one list, many members
+                        by_member.add(word)
                 elif isinstance(parent, cst.Arg) and len(stack) >= 2 and isinstance(stack[-2], cst.Call) \
                         and fa.ctx.qualname(stack[-2].func) == "torch.nn.Sequential":
                     found = self._sequential_input(stack[-2], stack[:-2], parent, params)
@@ -563,21 +563,21 @@ class CallSites:
         # below), harmless methods, and assignments to it (they replace what it holds; an
         # instance assigned there was built somewhere, and that place is checked above).
         source = fa.ctx.source
-        for word in by_name:
+        for word in sorted(by_name):
             calls = index.by_name.get(word, [])
             uses = len(re.findall(r"(?<![\w.])" + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
                 + len(re.findall(r"(?<![\w.])" + re.escape(word) + _ASSIGNED, source))
             if self._mentions(word) > len(calls) + uses:
                 resolved = False  # passed on, stored, compiled: called where the index cannot see
             candidates.extend(calls)
-        for word in by_attr:
+        for word in sorted(by_attr):
             calls = index.by_attr.get(word, [])
             uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
                 + len(re.findall(r"\." + re.escape(word) + _ASSIGNED, source))
             if self._mentions(word) > len(calls) + uses:
                 resolved = False
             candidates.extend(calls)
-        for word, made in by_member.items():
+        for word in sorted(by_member):
             # `self.layers[i](x)`, `for layer in self.layers: x = layer(x)`, `len(self.layers)`.
             calls = list(index.by_subscript.get(word, []))
             loops = index.loops.get(word, [])
