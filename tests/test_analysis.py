@@ -387,3 +387,123 @@ def test_a_summary_keeps_the_no_gradient_fact_with_its_line():
 
     back = value_from_data(value_to_data(summary.functions["frozen"].returns), "pkg/m.py")
     assert back.nograd.reason == "`.detach()` at pkg/m.py:5"
+
+
+GATED = '''\
+import torch
+from torch import nn
+
+
+class Gate(nn.Module):
+    def forward(self, p):
+        return torch.log(p)
+
+
+class Squash(nn.Module):
+    def forward(self, z):
+        return 1 / (1 + torch.exp(-z))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = Gate()
+        self.squash = Squash()
+
+    def forward(self, x):
+        return self.gate(torch.softmax(x, -1)) + self.squash(x.clamp(-10.0, 10.0))
+'''
+
+
+def test_forward_takes_what_the_instances_calls_pass_under_the_policy(tmp_path):
+    """`self.gate(p)` runs `Gate.forward`: the softmax it passes raises NAN201 wherever the
+    file lives; the clamp at the only call bounds `Squash.forward`'s exponent in a script or
+    for a private class, never for a public class of a package module."""
+    script = tmp_path / "train.py"
+    script.write_text(GATED)
+    assert _findings(script, GATED) == [("NAN201", 7)]
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "layers.py"
+    module.write_text(GATED)
+    assert _findings(module, GATED) == [("NAN101", 12), ("NAN201", 7)]
+    private = GATED.replace("Squash", "_Squash")
+    module.write_text(private)
+    assert _findings(module, private) == [("NAN201", 7)]
+    # Every call clamps the softmax: quiet in a script, for a private class of a package
+    # module, and for a public one (the clamp is dropped there, and an unknown `p` is no
+    # reason for 0).
+    clamped = GATED.replace("torch.softmax(x, -1)", "torch.softmax(x, -1).clamp(min=1e-6)")
+    for where, text in ((script, clamped), (module, clamped.replace("Gate", "_Gate")), (module, clamped)):
+        where.write_text(text)
+        assert [f for f in _findings(where, text) if f[0] == "NAN201"] == []
+    # A class with its own `__call__`: `inst(x)` does not run `forward`.
+    called = GATED.replace("class Gate(nn.Module):\n", "class Gate(nn.Module):\n    def __call__(self, p):\n        return p\n\n")
+    script.write_text(called)
+    assert _findings(script, called) == []
+    # The instance escapes (stored in a list the file never calls through): the clamp no longer
+    # speaks for every call, the softmax still does.
+    escaped = GATED + "\n\nREGISTRY = [Squash()]\n"
+    script.write_text(escaped)
+    assert _findings(script, escaped) == [("NAN101", 12), ("NAN201", 7)]
+
+
+def test_forward_through_explicit_calls_and_super():
+    source = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Base(nn.Module):\n"
+        "    def forward(self, p):\n"
+        "        return torch.log(p)\n\n\n"
+        "class Child(Base):\n"
+        "    def forward(self, x):\n"
+        "        return super().forward(torch.sigmoid(x))\n\n\n"
+        "class Other(nn.Module):\n"
+        "    def forward(self, q):\n"
+        "        return torch.log(q)\n\n\n"
+        "def run(x):\n"
+        "    return Other().forward(torch.softmax(x, 0))\n"
+    )
+    found = lint_source("m.py", source, [get_rule("NAN201")]).diagnostics
+    assert sorted((d.code, d.start.row) for d in found) == [("NAN201", 7), ("NAN201", 17)]
+
+
+def test_forward_of_module_list_members_trusts_calls_only_while_the_list_stays_in_view():
+    """Members of `nn.ModuleList([...])` are called through `self.bounded[i](x)` or a loop over
+    it; once the list is passed on, the clamps at the calls the file shows stop bounding."""
+    source = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Bounded(nn.Module):\n"
+        "    def forward(self, z):\n"
+        "        return 1 / (1 + torch.exp(-z))\n\n\n"
+        "class Stack(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.bounded = nn.ModuleList([Bounded() for _ in range(3)])\n\n"
+        "    def forward(self, x):\n"
+        "        y = self.bounded[0](x.clamp(-5.0, 5.0))\n"
+        "        for block in self.bounded:\n"
+        "            y = y + block(x.clamp(-5.0, 5.0))\n"
+        "        return y\n"
+    )
+    assert _findings("stack.py", source) == []
+    escaped = source + "\n\ndef hooks(model):\n    return register(model.bounded)\n"
+    assert _findings("stack.py", escaped) == [("NAN101", 7)]
+
+
+def test_the_probe_of_forward_takes_the_domain_its_instances_calls_pass(tmp_path):
+    """Probes trust the calls the file shows all of, a public class of a package included:
+    the verifier draws `p` from the simplex the only call passes."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "layers.py"
+    module.write_text(GATED)
+    (d,) = [d for d in lint_source(str(module), GATED, [get_rule("NAN201")]).diagnostics]
+    (p,) = [i for i in d.probe.inputs if i.name == "p"]
+    assert (p.kind, p.dim, p.domain) == ("simplex", -1, (0.0, 1.0))
+    assert "passed as `p`" in p.evidence
+    # Also named in a string (a registry by name may build it): any `p`, no domain.
+    named = GATED + '\n\nLAYERS = {"gate": "Gate"}\n'
+    (d,) = [d for d in lint_source(str(module), named, [get_rule("NAN201")]).diagnostics]
+    assert [i for i in d.probe.inputs if i.name == "p" and i.kind == "simplex"] == []

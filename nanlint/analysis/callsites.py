@@ -8,14 +8,25 @@ the caller's environment at the call (itself seeded from its own callers), so a 
 ever called with a softmax output sees a probability: "softmax at line 12, passed as `p` at
 line 30".
 
+`forward` of a module class runs when an instance is called, which a name-based index cannot
+find from the name `forward`; its calls are found from where the class (or an in-file
+subclass that keeps this `forward`) is built: `self.gate = Gate()` then `self.gate(p)` in any
+method, `model = Policy(...).to(device)` then `model(obs)`, `Gate()(p)`, `inst.forward(p)`,
+`super().forward(p)` in a subclass, and a member of `nn.Sequential(prev, Gate(), ...)`, whose
+input is `prev`'s output. Each call through a holder is evaluated to check that it reaches
+the class. Any other use of the class or of a holder (built in a list or an `nn.ModuleList`,
+first in a Sequential, passed to a function, stored, `isinstance`) marks the calls
+unresolved: their join may then raise a hazard but never make a value safer. A class with
+its own `__call__` gets no facts for `forward`, nor does a `forward` the file never calls.
+
 It is lazy and bounded: the callers' values are computed only when a rule asks about a value
 that may hold what a caller passed (a parameter, or a name the body assigns from one:
 `parameter_dependents`), the index of calls is built when a function first needs its entry
 (and not at all for a function the source names only in its definition), an entry is
 computed once per function (memoized), a call inside the function itself
 or in a function whose entry is being computed (recursion, mutual recursion) contributes the
-unknown value, and a function with more than `MAX_SITES` candidate calls gets no facts.
-`forward` (called as `module(x)`, which a name-based index cannot find) gets none either.
+unknown value, and a function with more than `MAX_SITES` candidate calls gets no facts (for
+`forward`: constructions of the class, or calls through its holders and of `.forward`).
 
 Soundness policy. No false alarms comes first, and the file's calls are all the calls only
 where no caller outside the file is plausible. So a call-site join is used two ways:
@@ -23,11 +34,12 @@ where no caller outside the file is plausible. So a call-site join is used two w
   passed to a public helper is a softmax at that call, whoever else calls the helper.
 - To make a value safer than unknown (every caller clamps, passes a bounded value, a mask
   that cannot be empty): only where the file's calls are all its calls. That is a private
-  name (`_helper`, a method of `_Cls`), a nested function, a method the file calls only as
-  `self.method(...)`, or any function of a script (a file with `if __name__ == "__main__":`,
-  or not in a package: no `__init__.py` beside it); and nothing else refers to it (passed as
-  a callback, stored, rebound: calls the index cannot see), and every candidate call was
-  resolved. Elsewhere (a public function of a package module) external callers may pass
+  name (`_helper`, a method of `_Cls`, the `forward` of `_Cls`), a nested function, a method
+  the file calls only as `self.method(...)`, or any function of a script (a file with
+  `if __name__ == "__main__":`, or not in a package: no `__init__.py` beside it); and nothing
+  else refers to it (passed as a callback, stored, rebound: calls the index cannot see), and
+  every candidate call was resolved. Elsewhere (a public function of a package module, the
+  `forward` of a public class there) external callers may pass
   anything, and the entry is the join of the unknown value with the calls' values: it keeps
   what raises hazards (a reason for exact 0, float16, trainable) and drops every bound.
 Probes (`FileAnalysis(ctx, probing=True)`) trust the file's calls wherever the index sees them
@@ -45,6 +57,7 @@ from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
 import libcst as cst
 
+from ..context import strip_parens
 from ..ops import split_args
 from .values import TOP, Value, join
 
@@ -52,6 +65,14 @@ from .values import TOP, Value, join
 MAX_SITES = 8
 # Decorators that keep a function's parameters as written.
 _KEEPS_SIGNATURE = ("staticmethod", "classmethod")
+# Methods of a module that return the module itself (`Policy(...).to(device)`).
+_SAME_INSTANCE = ("to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16", "requires_grad_")
+# Uses of what holds a module that pass it no input (counted as seen, not as escapes);
+# `forward` is one: those calls are resolved on their own.
+# `word = ...`, `word: T = ...` (not `==`, not `+=`).
+_ASSIGNED = r"\s*(?::[^=\n]*)?=(?!=)"
+_HARMLESS = "|".join(_SAME_INSTANCE + ("parameters", "named_parameters", "buffers", "modules", "children",
+                                       "state_dict", "load_state_dict", "zero_grad", "forward"))
 
 
 class Site(NamedTuple):
@@ -97,6 +118,10 @@ class _Index:
         self.name_refs: Set[str] = set()
         self.attr_refs: Set[str] = set()
         self.nested_in: Dict[int, cst.FunctionDef] = {}  # id(nested def) -> enclosing def
+        # Calls of a member and loops over a container (`self.layers[i](x)`, `for layer in
+        # self.layers:`), by the container's last name.
+        self.by_subscript: Dict[str, List[Site]] = {}
+        self.loops: Dict[str, List[str]] = {}
         self._skip: Set[int] = set()
         self._path: List[cst.CSTNode] = []
         self._walk(module)
@@ -121,6 +146,14 @@ class _Index:
             elif isinstance(func, cst.Attribute):
                 self.by_attr.setdefault(func.attr.value, []).append(site)
                 self._skip.add(id(func))
+            elif isinstance(func, cst.Subscript):
+                word = _last_word(func.value)
+                if word is not None:
+                    self.by_subscript.setdefault(word, []).append(site)
+        elif isinstance(node, cst.For):
+            word = _last_word(node.iter)
+            if word is not None and isinstance(node.target, cst.Name):
+                self.loops.setdefault(word, []).append(node.target.value)
         elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             self._skip.add(id(node.name))
             if isinstance(node, cst.FunctionDef):
@@ -161,6 +194,16 @@ def names_in(node: cst.CSTNode) -> Set[str]:
             continue
         stack.extend(_children(n))
     return found
+
+
+def _last_word(node: cst.BaseExpression) -> Optional[str]:
+    """`layers` of `self.layers` or `layers`; None for anything else."""
+    node = strip_parens(node)
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    if isinstance(node, cst.Name):
+        return node.value
+    return None
 
 
 def _chain(node: cst.BaseExpression) -> Optional[str]:
@@ -282,7 +325,7 @@ class CallSites:
     # ------------------------------------------------------------------ entries
     def entry(self, fn: cst.FunctionDef, plain: Dict[str, Value]) -> Optional[Dict[str, Value]]:
         """The entry value of each parameter of `fn` from the file's calls, or None where the
-        calls tell nothing (no call, too many, `forward`). `plain` holds what a parameter is
+        calls tell nothing (no call, too many, a class's own `__call__`). `plain` holds what a parameter is
         without call sites (unknown; an `eps` is positive): an untrusted join keeps it."""
         key = id(fn)
         if key in self._entries:
@@ -301,25 +344,36 @@ class CallSites:
         fa = self.fa
         cls = fa.owner.get(id(fn))
         name = fn.name.value
-        if cls is not None and name in ("forward", "__call__"):
+        if cls is not None and name == "__call__":
             return None
+        if cls is not None and name == "forward" and fa.method(cls, "__call__") is not None:
+            return None  # `inst(x)` runs the class's own `__call__`, not this
         decorators = [fa.ctx.code(d.decorator) for d in fn.decorators]
         if any(not (d in _KEEPS_SIGNATURE or d.startswith("torch.")) for d in decorators):
             return None
         params = self._params(fn, cls, decorators)
         if params is None:
             return None
-        found = self._sites(fn, cls, name)
-        if found is None:
-            return None
-        sites, resolved_all, via_self_only = found
         probing = fa.probing
-        if not sites and not probing:
-            return None
+        if cls is not None and name == "forward":
+            found_fwd = self._forward_calls(fn, cls, params)
+            if found_fwd is None:
+                return None
+            bound, resolved_all = found_fwd
+            if not bound:
+                return None  # no call the file makes: callers elsewhere (a training loop)
+            via_self_only = False
+        else:
+            found = self._sites(fn, cls, name)
+            if found is None:
+                return None
+            sites, resolved_all, via_self_only = found
+            if not sites and not probing:
+                return None
+            bound = [self._bind(site, params) for site in sites]
         # Probes trust the file's calls where the index sees them all (a function passed as
         # a value is called where the index cannot see with what).
         trusted = resolved_all and (probing or self._may_trust(fn, cls, name, via_self_only))
-        bound = [self._bind(site, params) for site in sites]
         joined: Dict[str, Optional[Value]] = {}
         for p in params:
             pname = p.name.value
@@ -328,7 +382,7 @@ class CallSites:
             joined[pname] = None
             for v in values:
                 joined[pname] = join(joined[pname], v)
-        if not sites:  # probing: the defaults are what the code runs with
+        if not bound:  # probing: the defaults are what the code runs with
             for p in params:
                 joined[p.name.value] = self._default(p) if p.default is not None else TOP
         out: Dict[str, Value] = {}
@@ -433,6 +487,211 @@ class CallSites:
                 sites.append(site)
                 via_self = False
         return sites, resolved, via_self and bool(sites)
+
+    # ------------------------------------------------------------------ forward
+    def _forward_calls(self, fn: cst.FunctionDef, cls: str, params: List[cst.Param]):
+        """(the bound arguments of every call the file makes to `fn`, the `forward` of an
+        nn.Module, and whether every one was resolved), or None where there are too many.
+
+        `forward` runs when an instance is called: `Cls(...)(x)`, `self.head = Head()` then
+        `self.head(x)`, `model = Policy(); model(obs)`, `inst.forward(x)`, `super().forward(x)`
+        in a subclass, a member of `self.blocks = nn.ModuleList([...])` called as
+        `self.blocks[i](x)` or in `for block in self.blocks:`, and a member of
+        `nn.Sequential(a, Cls(), ...)`, whose input is the previous member's output. The
+        instances are found from where the class (or an in-file subclass that keeps this
+        `forward`) is built, and each call through what holds one is evaluated to check it
+        calls this class. Anything else the file does with the class or a holder (built in a
+        plain list, passed to a function, `isinstance`, a first Sequential member, a list
+        appended to) leaves the calls unresolved: then the join may raise a hazard but never
+        makes a value safer."""
+        fa = self.fa
+        owners = [c for c in fa.classes if (c == cls or self._inherits(c, cls)) and fa.method(c, "forward") is fn
+                  and (c == cls or fa.method(c, "__call__") is None)]
+        if all(self._mentions(c) <= 1 for c in owners):
+            return [], True  # built nowhere in the file
+        index = self.index
+        resolved = True
+        bound: List[Dict[str, Value]] = []
+        candidates: List[Site] = []
+        by_name: Set[str] = set()  # names assigned an instance (`model = Policy()`)
+        by_attr: Set[str] = set()  # attributes assigned one: `self.head = Head()` -> "head"
+        by_member: Set[str] = set()  # `self.layers = nn.ModuleList([Block() ...])` -> "layers"
+        for c in owners:
+            made = index.by_name.get(c, [])
+            if len(made) > MAX_SITES:
+                return None
+            bases = sum(1 for node in fa.classes.values() for b in node.bases
+                        if isinstance(b.value, cst.Name) and b.value.value == c)
+            if self._mentions(c) > 1 + len(made) + bases:
+                resolved = False  # a factory argument, `isinstance`, an annotation, a string
+            for site in made:
+                node, stack = site.call, site.stack
+                # `Policy(...).to(device)`: still the instance.
+                while len(stack) >= 2 and isinstance(stack[-1], cst.Attribute) and stack[-1].value is node \
+                        and stack[-1].attr.value in _SAME_INSTANCE and isinstance(stack[-2], cst.Call) \
+                        and stack[-2].func is stack[-1]:
+                    node, stack = stack[-2], stack[:-2]
+                parent = stack[-1] if stack else None
+                if isinstance(parent, cst.Call) and parent.func is node:
+                    candidates.append(Site(parent, stack[:-1]))  # `Gate()(x)`
+                elif isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
+                    targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+                    target = targets[0] if len(targets) == 1 else None
+                    if isinstance(target, cst.Name):
+                        by_name.add(target.value)
+                    elif isinstance(target, cst.Attribute):
+                        by_attr.add(target.attr.value)
+                    else:
+                        resolved = False
+                elif isinstance(parent, (cst.Element, cst.ListComp)):
+                    held = self._module_list(node, stack)
+                    word = self._holder(*held) if held is not None else None
+                    if word is None:
+                        resolved = False
+                    else:
+                        by_member.add(word)
+                elif isinstance(parent, cst.Arg) and len(stack) >= 2 and isinstance(stack[-2], cst.Call) \
+                        and fa.ctx.qualname(stack[-2].func) == "torch.nn.Sequential":
+                    found = self._sequential_input(stack[-2], stack[:-2], parent, params)
+                    if found is None:
+                        resolved = False  # the first member: its input is the Sequential's
+                    else:
+                        bound.append(found)
+                else:
+                    resolved = False
+        # A holder's mentions that pass the instance nowhere: calls through it (evaluated
+        # below), harmless methods, and assignments to it (they replace what it holds; an
+        # instance assigned there was built somewhere, and that place is checked above).
+        source = fa.ctx.source
+        for word in sorted(by_name):
+            calls = index.by_name.get(word, [])
+            uses = len(re.findall(r"(?<![\w.])" + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
+                + len(re.findall(r"(?<![\w.])" + re.escape(word) + _ASSIGNED, source))
+            if self._mentions(word) > len(calls) + uses:
+                resolved = False  # passed on, stored, compiled: called where the index cannot see
+            candidates.extend(calls)
+        for word in sorted(by_attr):
+            calls = index.by_attr.get(word, [])
+            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
+                + len(re.findall(r"\." + re.escape(word) + _ASSIGNED, source))
+            if self._mentions(word) > len(calls) + uses:
+                resolved = False
+            candidates.extend(calls)
+        for word in sorted(by_member):
+            # `self.layers[i](x)`, `for layer in self.layers: x = layer(x)`, `len(self.layers)`.
+            calls = list(index.by_subscript.get(word, []))
+            loops = index.loops.get(word, [])
+            for target in dict.fromkeys(loops):
+                calls.extend(index.by_name.get(target, []))
+            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
+                + len(re.findall(r"\blen\(\s*(?:self\.)?" + re.escape(word) + r"\s*\)", source)) \
+                + len(re.findall(r"(?<![\w])" + re.escape(word) + _ASSIGNED, source))
+            if self._mentions(word) > len(index.by_subscript.get(word, [])) + len(loops) + uses:
+                resolved = False  # appended to, passed on, iterated some other way
+            candidates.extend(calls)
+        explicit = index.by_attr.get("forward", [])
+        if len(candidates) + len(bound) > MAX_SITES:
+            return None
+        if len(explicit) > MAX_SITES:
+            # `.forward(...)` on many receivers (an encoder's, a base class's): not evaluated
+            # one by one; any may be this one.
+            explicit, resolved = [], False
+        for site in candidates:
+            env = self._env(site)
+            if env is None:
+                bound.append({})  # inside a function whose entry is being computed
+                continue
+            func = strip_parens(site.call.func)
+            if isinstance(func, cst.Attribute):
+                receiver = fa.eval(func.value, env)
+                if receiver.instance_of and receiver.module_out is None \
+                        and fa.method(receiver.instance_of, func.attr.value) is not None:
+                    continue  # a method of that name (`self.gate(x)` with `def gate`)
+            callee = fa.eval(func, env)
+            if callee.instance_of in owners and callee.module_out is None:
+                bound.append(self._bind(site, params))
+            elif callee.instance_of is None and callee.module_out is None and callee.members is None:
+                resolved = False  # unknown: it may be an instance of the class
+        for site in explicit:
+            receiver = strip_parens(site.call.func.value)  # type: ignore[attr-defined]
+            if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value == "super":
+                here = _enclosing_class(site)
+                base = self._base(here) if here is not None else None
+                if base is not None and fa.method(base, "forward") is fn:
+                    bound.append(self._bind(site, params))
+                continue
+            env = self._env(site)
+            if env is None:
+                continue
+            v = fa.eval(receiver, env)
+            if v.instance_of in owners and v.module_out is None:
+                bound.append(self._bind(site, params))
+            elif v.instance_of is None and v.module_out is None and v.members is None:
+                resolved = False
+        if len(bound) > MAX_SITES:
+            return None
+        return bound, resolved
+
+    def _module_list(self, node: cst.Call, stack: Tuple[cst.CSTNode, ...]):
+        """(the `nn.ModuleList(...)` call, its ancestors) where `node` is written as one of its
+        members (`[Block(), ...]`, `[Block() for _ in range(n)]`), else None."""
+        fa = self.fa
+        parent = stack[-1] if stack else None
+        if isinstance(parent, cst.Element) and parent.value is node and len(stack) >= 4 \
+                and isinstance(stack[-2], (cst.List, cst.Tuple)):
+            arg_at = -3
+        elif isinstance(parent, cst.ListComp) and parent.elt is node and len(stack) >= 3:
+            arg_at = -2
+        else:
+            return None
+        arg, call = stack[arg_at], stack[arg_at - 1]
+        if isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and arg.keyword is None and not arg.star \
+                and fa.ctx.qualname(call.func) == "torch.nn.ModuleList":
+            return call, stack[:arg_at - 1]
+        return None
+
+    def _holder(self, node: cst.Call, stack: Tuple[cst.CSTNode, ...]) -> Optional[str]:
+        """The name or attribute `node` is assigned to (`self.layers = node`), else None."""
+        parent = stack[-1] if stack else None
+        if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
+            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+            if len(targets) == 1 and isinstance(targets[0], (cst.Name, cst.Attribute)):
+                return _last_word(targets[0])
+        return None
+
+    def _sequential_input(self, seq: cst.Call, stack: Tuple[cst.CSTNode, ...], arg: cst.Arg,
+                          params: List[cst.Param]) -> Optional[Dict[str, Value]]:
+        """A member of `nn.Sequential(prev, Cls(), ...)` takes `prev`'s output; None for the
+        first member (its input is what the Sequential is called with)."""
+        fa = self.fa
+        position = next((i for i, a in enumerate(seq.args) if a is arg), 0)
+        if position == 0 or arg.star or seq.args[position - 1].star or arg.keyword is not None or not params:
+            return None
+        env = self._env(Site(seq, stack))
+        if env is None:
+            return {}
+        prev = fa.eval(seq.args[position - 1].value, env)
+        if prev.module_out is not None:
+            out = prev.module_out
+        elif prev.instance_of and prev.members is None:
+            previous = fa.method(prev.instance_of, "forward")
+            out = fa.function_return(previous) if previous is not None and id(previous) not in self.computing else TOP
+        else:
+            out = TOP
+        first = params[0].name.value
+        bound = {first: out.with_evidence(fa.token(seq.args[position - 1]), f"the previous member's output, passed as `{first}`")}
+        for p in params[1:]:
+            if p.default is not None:
+                bound[p.name.value] = self._default(p)
+        return bound
+
+    def _base(self, cls: str) -> Optional[str]:
+        node = self.fa.classes.get(cls)
+        if node is not None:
+            for b in node.bases:
+                if isinstance(b.value, cst.Name) and b.value.value in self.fa.classes:
+                    return b.value.value
+        return None
 
     def _inherits(self, cls: str, base: str) -> bool:
         """`cls` is `base` or an in-file subclass of it (`self.m()` in the base dispatches to
