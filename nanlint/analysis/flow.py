@@ -1304,6 +1304,10 @@ class FileAnalysis:
             last = self.eval(positional[-1], env, depth - 1)
             if last.module_out is not None:
                 return Value(module_out=last.module_out)
+            if last.instance_of:
+                # The file's own module closes the Sequential: its `forward` gives the output.
+                out = self._call_value(last, last.instance_of, env, line)
+                return Value(module_out=out if out != TOP else TOP)
             return Value(module_out=TOP)
         if full in _MODULE_LISTS:
             return self._module_list(full, positional[0] if positional else None, env, depth)
