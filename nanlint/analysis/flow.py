@@ -32,7 +32,7 @@ import libcst as cst
 from ..context import dotted_name, strip_parens as _strip
 from ..ops import match_op, number_value, split_args
 from . import imports, transfer
-from .values import INF, TOP, Evidence, Value, interval, join, point, widen
+from .values import INF, TOP, Evidence, Value, interval, join, point, unknown, widen
 
 Rel = Tuple[str, str, str]
 
@@ -1281,9 +1281,9 @@ class FileAnalysis:
                     value = replace(value, dtype=callee.dtype)
                 if value.prob:
                     return value.with_evidence(line, f"`{callee.instance_of}.forward` via `{spelled}(...)`")
-                if replace(value, evidence=()) == TOP:
+                if unknown(value):
                     # A model's output with nothing more known: learned features.
-                    return Value(learned=True, evidence=(Evidence(line, f"output of `{spelled}`"),))
+                    return Value(learned=True, nograd=value.nograd, evidence=(Evidence(line, f"output of `{spelled}`"),))
                 return value
         return TOP
 

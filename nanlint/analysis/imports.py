@@ -10,14 +10,13 @@ a parameter) hide the imported ones.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Dict, Optional, Tuple
 
 import libcst as cst
 
 from ..context import dotted_name, strip_parens
 from . import summaries
-from .values import TOP, Evidence, Value
+from .values import TOP, Evidence, Value, unknown
 
 # (module as spelled, member name): `from .nets import Actor` binds Actor to (".nets", "Actor").
 Member = Tuple[str, str]
@@ -155,9 +154,9 @@ class ImportedNames:
         key = f"{self.display(member)}::{member[1]}"
         self._instances[key] = member
         out = self.returns(*self.method_data(member, "forward"))
-        if out is not None and out.prob is None and replace(out, evidence=()) == TOP:
+        if out is not None and out.prob is None and unknown(out):
             # A model's output with nothing more known: learned features (as in one file).
-            out = Value(learned=True, evidence=(Evidence(line, f"output of `{spelled}`"),))
+            out = Value(learned=True, nograd=out.nograd, evidence=(Evidence(line, f"output of `{spelled}`"),))
         return Value(instance_of=key, module_out=out, evidence=(Evidence(line, f"`{spelled}` instance"),))
 
     def call(self, member: Member, spelled: str, line: int) -> Optional[Value]:

@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import libcst as cst
 
-from .values import TOP, Evidence, Value
+from .values import TOP, Evidence, Value, unknown
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
 FORMAT = 2
@@ -200,8 +200,8 @@ def _resolved(fa, v: Value, depth: int = _NESTING) -> Value:
         forward = fa.method(v.instance_of, "forward")
         if forward is not None:
             out = fa.function_return(forward)
-            if replace(out, evidence=()) == TOP:
-                out = Value(learned=True, evidence=(Evidence(0, f"output of `{v.instance_of}`"),))
+            if unknown(out):
+                out = Value(learned=True, nograd=out.nograd, evidence=(Evidence(0, f"output of `{v.instance_of}`"),))
     if out is not None:
         out = _resolved(fa, out, depth - 1) if depth > 0 else None
     nograd = v.nograd and Evidence(_line(fa, v.nograd.line, getattr(fa, "_summary_name", None)), v.nograd.reason)

@@ -100,6 +100,11 @@ TOP = Value()
 CONSTANT = Evidence(0, "a constant")
 
 
+def unknown(v: Value) -> bool:
+    """Nothing is known of `v`'s values: its evidence and its gradient fact aside, it is TOP."""
+    return replace(v, evidence=(), nograd=None) == TOP
+
+
 def point(v: float) -> Value:
     return Value(lo=v, hi=v, nonzero=v != 0, zero=None, integer=float(v).is_integer(),
                  nograd=CONSTANT)
@@ -170,4 +175,4 @@ def widen(old: Value, new: Value) -> Value:
     return replace(joined, lo=lo, hi=hi, nonzero=joined.nonzero and (lo > 0 or hi < 0 or old.nonzero))
 
 
-__all__ = ["Evidence", "Value", "TOP", "INF", "point", "interval", "join", "widen"]
+__all__ = ["Evidence", "Value", "TOP", "INF", "point", "interval", "join", "widen", "unknown"]
