@@ -172,19 +172,26 @@ def _findings(path, source):
     return sorted((d.code, d.start.row) for d in lint_source(str(path), source, rules).diagnostics)
 
 
+def _script_and_package_module(tmp_path, source, name):
+    """`source` written as a script (`train.py`, no package) and as `pkg/<name>` (a module of
+    a package), with the findings in each."""
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / name
+    module.write_text(source)
+    return script, _findings(script, source), module, _findings(module, source)
+
+
 def test_call_sites_bound_a_helper_only_where_no_outside_caller_is_plausible(tmp_path):
     """A script (no package): the file's calls are all the calls, the clamp bounds `gate`.
     A public function of a package module: callers elsewhere may pass anything, so the
     clamp does not make it safer than unknown, while the softmax still raises NAN201."""
-    script = tmp_path / "train.py"
-    script.write_text(HELPERS)
-    assert _findings(script, HELPERS) == [("NAN201", 17)]
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    module = package / "ops.py"
-    module.write_text(HELPERS)
-    assert _findings(module, HELPERS) == [("NAN101", 9), ("NAN201", 17)]
+    _, in_script, module, in_package = _script_and_package_module(tmp_path, HELPERS, "ops.py")
+    assert in_script == [("NAN201", 17)]
+    assert in_package == [("NAN101", 9), ("NAN201", 17)]
     # The same module with private helpers: the file's calls are all the calls again.
     private = HELPERS.replace("gate(", "_gate(").replace("nll(", "_nll(")
     module.write_text(private)
@@ -419,15 +426,9 @@ def test_forward_takes_what_the_instances_calls_pass_under_the_policy(tmp_path):
     """`self.gate(p)` runs `Gate.forward`: the softmax it passes raises NAN201 wherever the
     file lives; the clamp at the only call bounds `Squash.forward`'s exponent in a script or
     for a private class, never for a public class of a package module."""
-    script = tmp_path / "train.py"
-    script.write_text(GATED)
-    assert _findings(script, GATED) == [("NAN201", 7)]
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    module = package / "layers.py"
-    module.write_text(GATED)
-    assert _findings(module, GATED) == [("NAN101", 12), ("NAN201", 7)]
+    script, in_script, module, in_package = _script_and_package_module(tmp_path, GATED, "layers.py")
+    assert in_script == [("NAN201", 7)]
+    assert in_package == [("NAN101", 12), ("NAN201", 7)]
     private = GATED.replace("Squash", "_Squash")
     module.write_text(private)
     assert _findings(module, private) == [("NAN201", 7)]
