@@ -23,7 +23,6 @@ _AUTOCAST = {
     "torch.cpu.amp.autocast": "cpu",
     "torch.cpu.amp.autocast_mode.autocast": "cpu",
 }
-_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
 HALF_DTYPES = {
     "torch.float16": "float16",
     "torch.half": "float16",
@@ -173,27 +172,6 @@ class Precision:
             dtype_expr = positional[1]
         dtype = self.dtype_of(dtype_expr) if dtype_expr is not None else None
         return AutocastRegion(device=device, dtype=dtype, node=call)
-
-    def grad_mode(self, call: cst.BaseExpression) -> Optional[bool]:
-        """What a `with` item or a decorator does to autograd: False where it turns it off
-        (`torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`), True
-        where it turns it back on (`torch.enable_grad()`, `set_grad_enabled(True)`), None
-        where it says nothing."""
-        target = call.func if isinstance(call, cst.Call) else call
-        full = self.ctx.qualname(target)
-        if full in _NO_GRAD:
-            if isinstance(call, cst.Call) and call.args:
-                flag = call.args[0].value  # `inference_mode(False)` / `mode=False` keeps autograd on
-                if isinstance(flag, cst.Name) and flag.value == "False":
-                    return None
-            return False
-        if full in ("torch.enable_grad", "torch.autograd.enable_grad"):
-            return True
-        if full in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") and isinstance(call, cst.Call) and call.args:
-            flag = call.args[0].value
-            if isinstance(flag, cst.Name) and flag.value in ("True", "False"):
-                return flag.value == "True"
-        return None
 
     # ------------------------------------------------------------------ dtypes
     def dtype_of(self, expr: Optional[cst.BaseExpression]) -> Optional[str]:

@@ -57,14 +57,20 @@ def _env_here(ctx: FileContext, fa: FileAnalysis) -> Env:
     return fa.env_at(ctx.stack)
 
 
-def value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
-    """What `expr` holds at the node being visited (memoized per function)."""
+def _at_node(ctx: FileContext, expr: cst.BaseExpression) -> Tuple[Env, Value]:
+    """The environment at the node being visited and what `expr` holds there."""
     fa = file_analysis(ctx)
     try:
         # The file's calls are consulted only for a value that may hold what they pass.
-        return fa.eval(expr, fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr)))
+        env = fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr))
+        return env, fa.eval(expr, env)
     except RecursionError:
-        return TOP
+        return Env(), TOP
+
+
+def value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
+    """What `expr` holds at the node being visited (memoized per function)."""
+    return _at_node(ctx, expr)[1]
 
 
 def cite(ctx: FileContext, v: Value, count: int = 2) -> str:
@@ -118,15 +124,10 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
       `.grad` tensor, a tensor made without `requires_grad` (`torch.randn`, `torch.zeros`),
       a value computed under `no_grad` earlier, in this function or a callee;
     - the result is read as a Python number at once (`.item()`, `.tolist()`)."""
-    fa = file_analysis(ctx)
-    try:
-        env = fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr))
-        region = env.nograd
-        why = region if region is not None else fa.eval(expr, env).nograd
-    except RecursionError:
-        return None
+    env, v = _at_node(ctx, expr)
+    why = env.nograd or v.nograd
     if why is not None:
-        row = fa.line(why.line)
+        row = file_analysis(ctx).line(why.line)
         return f"{why.reason} at line {row}" if row else why.reason
     node = ctx.stack[-1] if ctx.stack else None
     if node is not None and strip_parens(expr) is strip_parens(node) and len(ctx.stack) > 1:
@@ -136,8 +137,8 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     return None
 
 
-# Methods whose result takes no gradient back to the tensor they are called on.
-_NUMBER_METHODS = {"short", "byte", "item", "tolist", "numpy"}
+# Integer casts the transfer table has no entry for.
+_INTEGER_METHODS = ("short", "byte")
 _INTEGER_DTYPES = re.compile(r"^torch\.(long|int|int64|int32|int16|int8|uint8|bool)$")
 
 
@@ -151,7 +152,7 @@ def cuts_gradient(ctx: FileContext, node: cst.CSTNode) -> bool:
     if ctx.qualname(node.func.value) is not None:
         return False
     method = node.func.attr.value
-    if method in transfer.GRADIENT_CUTS or method in _NUMBER_METHODS:
+    if method in transfer.GRADIENT_CUTS or method in transfer.NUMBER_METHODS or method in _INTEGER_METHODS:
         return True
     if method in ("to", "type") and node.args:
         arg = node.args[0]

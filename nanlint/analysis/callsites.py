@@ -196,6 +196,14 @@ def names_in(node: cst.CSTNode) -> Set[str]:
     return found
 
 
+def _single_target(node: cst.CSTNode, parent: Optional[cst.CSTNode]) -> Optional[cst.BaseExpression]:
+    """The one target `parent` assigns `node` to (`x = node`, `x: T = node`), else None."""
+    if not isinstance(parent, (cst.Assign, cst.AnnAssign)) or parent.value is not node:
+        return None
+    targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+    return targets[0] if len(targets) == 1 else None
+
+
 def _last_word(node: cst.BaseExpression) -> Optional[str]:
     """`layers` of `self.layers` or `layers`; None for anything else."""
     node = strip_parens(node)
@@ -535,8 +543,7 @@ class CallSites:
                 if isinstance(parent, cst.Call) and parent.func is node:
                     candidates.append(Site(parent, stack[:-1]))  # `Gate()(x)`
                 elif isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
-                    targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-                    target = targets[0] if len(targets) == 1 else None
+                    target = _single_target(node, parent)
                     if isinstance(target, cst.Name):
                         by_name.add(target.value)
                     elif isinstance(target, cst.Attribute):
@@ -563,17 +570,23 @@ class CallSites:
         # below), harmless methods, and assignments to it (they replace what it holds; an
         # instance assigned there was built somewhere, and that place is checked above).
         source = fa.ctx.source
+
+        def harmless(word: str, before: str, assigned_before: str) -> int:
+            """Mentions of holder `word` that pass its module nowhere: a harmless method
+            (`.to()`, `.parameters()`) after `before`, an assignment to it after `assigned_before`."""
+            w = re.escape(word)
+            return len(re.findall(before + w + r"\.(?:" + _HARMLESS + r")\b", source)) \
+                + len(re.findall(assigned_before + w + _ASSIGNED, source))
+
         for word in sorted(by_name):
             calls = index.by_name.get(word, [])
-            uses = len(re.findall(r"(?<![\w.])" + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
-                + len(re.findall(r"(?<![\w.])" + re.escape(word) + _ASSIGNED, source))
+            uses = harmless(word, r"(?<![\w.])", r"(?<![\w.])")
             if self._mentions(word) > len(calls) + uses:
                 resolved = False  # passed on, stored, compiled: called where the index cannot see
             candidates.extend(calls)
         for word in sorted(by_attr):
             calls = index.by_attr.get(word, [])
-            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
-                + len(re.findall(r"\." + re.escape(word) + _ASSIGNED, source))
+            uses = harmless(word, r"\.", r"\.")
             if self._mentions(word) > len(calls) + uses:
                 resolved = False
             candidates.extend(calls)
@@ -583,9 +596,8 @@ class CallSites:
             loops = index.loops.get(word, [])
             for target in dict.fromkeys(loops):
                 calls.extend(index.by_name.get(target, []))
-            uses = len(re.findall(r"\." + re.escape(word) + r"\.(?:" + _HARMLESS + r")\b", source)) \
-                + len(re.findall(r"\blen\(\s*(?:self\.)?" + re.escape(word) + r"\s*\)", source)) \
-                + len(re.findall(r"(?<![\w])" + re.escape(word) + _ASSIGNED, source))
+            uses = harmless(word, r"\.", r"(?<![\w])") \
+                + len(re.findall(r"\blen\(\s*(?:self\.)?" + re.escape(word) + r"\s*\)", source))
             if self._mentions(word) > len(index.by_subscript.get(word, [])) + len(loops) + uses:
                 resolved = False  # appended to, passed on, iterated some other way
             candidates.extend(calls)
@@ -652,12 +664,8 @@ class CallSites:
 
     def _holder(self, node: cst.Call, stack: Tuple[cst.CSTNode, ...]) -> Optional[str]:
         """The name or attribute `node` is assigned to (`self.layers = node`), else None."""
-        parent = stack[-1] if stack else None
-        if isinstance(parent, (cst.Assign, cst.AnnAssign)) and parent.value is node:
-            targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-            if len(targets) == 1 and isinstance(targets[0], (cst.Name, cst.Attribute)):
-                return _last_word(targets[0])
-        return None
+        target = _single_target(node, stack[-1] if stack else None)
+        return _last_word(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
 
     def _sequential_input(self, seq: cst.Call, stack: Tuple[cst.CSTNode, ...], arg: cst.Arg,
                           params: List[cst.Param]) -> Optional[Dict[str, Value]]:
@@ -686,6 +694,7 @@ class CallSites:
         return bound
 
     def _base(self, cls: str) -> Optional[str]:
+        """The first base of `cls` that is a class of the file, else None."""
         node = self.fa.classes.get(cls)
         if node is not None:
             for b in node.bases:
@@ -700,14 +709,7 @@ class CallSites:
         while cls is not None and seen < 8:
             if cls == base:
                 return True
-            node = self.fa.classes.get(cls)
-            nxt = None
-            if node is not None:
-                for b in node.bases:
-                    if isinstance(b.value, cst.Name) and b.value.value in self.fa.classes:
-                        nxt = b.value.value
-                        break
-            cls, seen = nxt, seen + 1
+            cls, seen = self._base(cls), seen + 1
         return False
 
     def _receiver_class(self, site: Site) -> Optional[str]:

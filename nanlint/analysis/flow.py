@@ -67,6 +67,10 @@ _MODULE_LISTS = {"torch.nn.ModuleList", "torch.nn.ModuleDict"}
 # Methods that change what a ModuleList / ModuleDict holds.
 _MEMBER_UPDATES = {"append", "extend", "insert", "update", "pop", "clear"}
 _CREATION_PREFIX = "torch."
+# Context managers and decorators that turn autograd off, back on, or either by a flag.
+_NO_GRAD = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"}
+_ENABLE_GRAD = {"torch.enable_grad", "torch.autograd.enable_grad"}
+_SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 # Builtins whose result is a plain Python number: autograd does not see it.
 _PYTHON_NUMBERS = {"len", "int", "float", "round", "bool", "range"}
 _DIM_OPS = {"softmax", "sum", "max"}
@@ -260,9 +264,26 @@ class FileAnalysis:
         return env
 
     # ------------------------------------------------------------------ autograd regions
+    def _grad_mode(self, call: cst.BaseExpression) -> Optional[bool]:
+        """What a `with` item or a decorator does to autograd: False where it turns it off
+        (`torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`), True
+        where it turns it back on (`torch.enable_grad()`, `set_grad_enabled(True)`), None
+        where it says nothing."""
+        full = self.ctx.qualname(call.func if isinstance(call, cst.Call) else call)
+        flag = call.args[0].value if isinstance(call, cst.Call) and call.args else None
+        literal = flag.value if isinstance(flag, cst.Name) and flag.value in ("True", "False") else None
+        if full in _NO_GRAD:
+            # `inference_mode(False)` keeps autograd on.
+            return None if literal == "False" else False
+        if full in _ENABLE_GRAD:
+            return True
+        if full in _SET_GRAD_ENABLED and literal is not None:
+            return literal == "True"
+        return None
+
     def _grad_region(self, item: cst.BaseExpression, current: Optional[Evidence]) -> Optional[Evidence]:
         """The no-gradient region in force under a `with` item or a decorator."""
-        mode = self.ctx.precision.grad_mode(item) if self.ctx.precision is not None else None
+        mode = self._grad_mode(item)
         if mode is False:
             return Evidence(self.token(item), f"under `{_code(self.ctx, item)}`")
         return None if mode is True else current
@@ -304,7 +325,7 @@ class FileAnalysis:
 
     def _in_region(self, value: Value, env: Env) -> Value:
         """A value computed where autograd is off takes no gradient, wherever it is used."""
-        if env.nograd is not None and value.nograd is None and not value.module_out and not value.instance_of:
+        if env.nograd is not None and value.nograd is None and value.module_out is None and not value.instance_of:
             return replace(value, nograd=env.nograd)
         return value
 
@@ -1183,12 +1204,7 @@ class FileAnalysis:
             if func.value in ("sum", "max", "min") and len(positional) == 1 and func.value not in env.vars and \
                     isinstance(strip_parens(positional[0]), (cst.GeneratorExp, cst.ListComp)):
                 # `sum(p.grad.norm() ** 2 for p in params)`: only whether the terms carry a gradient.
-                comp = strip_parens(positional[0])
-                inner = env.copy()
-                for name in _bound_inside(comp):
-                    inner.vars[name] = TOP
-                term = self.eval(comp.elt, inner, depth - 1)
-                return Value(nograd=term.nograd)
+                return Value(nograd=self._element(strip_parens(positional[0]), env, depth).nograd)
             if func.value in self.functions:
                 self._note_autocast(func.value, env, line)
                 value = self.function_return(self.functions[func.value])
@@ -1231,7 +1247,7 @@ class FileAnalysis:
                 return Value(lo=0.0, hi=0.0, zero="zeros", nograd=Evidence(line, "made by `new_zeros`"))
             if name == "new_ones":
                 return Value(lo=1.0, hi=1.0, nonzero=True, nograd=Evidence(line, "made by `new_ones`"))
-            if name in ("item", "tolist", "numpy", "size", "dim", "numel"):
+            if name in transfer.NUMBER_METHODS or name in ("size", "dim", "numel"):
                 return replace(receiver, module_out=None, instance_of=None, members=None,
                                nograd=Evidence(line, f"`.{name}()`"))
             if name in ("uniform_",):
@@ -1306,8 +1322,7 @@ class FileAnalysis:
                 return Value(module_out=last.module_out)
             if last.instance_of:
                 # The file's own module closes the Sequential: its `forward` gives the output.
-                out = self._call_value(last, last.instance_of, env, line)
-                return Value(module_out=out if out != TOP else TOP)
+                return Value(module_out=self._call_value(last, last.instance_of, env, line))
             return Value(module_out=TOP)
         if full in _MODULE_LISTS:
             return self._module_list(full, positional[0] if positional else None, env, depth)
@@ -1319,7 +1334,7 @@ class FileAnalysis:
         if full in ("torch.autograd.grad", "torch.autograd.functional.vjp"):
             # Gradients as values: differentiable only when built with `create_graph=True`.
             flag = keywords.get("create_graph")
-            if isinstance(flag, cst.Name) and flag.value == "False" or flag is None:
+            if flag is None or isinstance(flag, cst.Name) and flag.value == "False":
                 return Value(nograd=Evidence(line, f"`{full}` without `create_graph`"))
             return TOP
         made = Evidence(line, f"made by `{full}` without `requires_grad`")
@@ -1371,6 +1386,13 @@ class FileAnalysis:
             return out if out is not None else TOP
         return TOP
 
+    def _element(self, comp, env: Env, depth: int) -> Value:
+        """What a comprehension's element holds, the names it binds unknown."""
+        inner = env.copy()
+        for name in _bound_inside(comp):
+            inner.vars[name] = TOP
+        return self.eval(comp.elt, inner, depth - 1)
+
     def _joined_pieces(self, pieces: cst.BaseExpression, env: Env, depth: int) -> Value:
         """`torch.cat([a, b])`, `torch.stack([f(o) for o in obs])`: every element of the
         result is an element of one piece (their join); a simplex along a dim is not kept."""
@@ -1380,10 +1402,7 @@ class FileAnalysis:
         ):
             values = [self.eval(el.value, env, depth - 1) for el in pieces.elements]
         elif isinstance(pieces, (cst.ListComp, cst.GeneratorExp)):
-            inner = env.copy()
-            for name in _bound_inside(pieces):
-                inner.vars[name] = TOP
-            values = [self.eval(pieces.elt, inner, depth - 1)]
+            values = [self._element(pieces, env, depth)]
         else:
             return TOP
         joined = transfer.joined(values)
@@ -1403,11 +1422,8 @@ class FileAnalysis:
                     return TOP
                 members.append((str(i), self.eval(el.value, env, depth - 1)))
         elif isinstance(arg, cst.ListComp) and full.endswith("ModuleList"):
-            inner = env.copy()
-            for name in _bound_inside(arg):
-                inner.vars[name] = TOP
             # The same module built n times: one member stands for all (index any).
-            members.append(("*", self.eval(arg.elt, inner, depth - 1)))
+            members.append(("*", self._element(arg, env, depth)))
         elif isinstance(arg, cst.Dict) and full.endswith("ModuleDict"):
             for el in arg.elements:
                 if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):

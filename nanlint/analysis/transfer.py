@@ -388,6 +388,10 @@ GRADIENT_CUTS = {
 }
 
 
+# Methods that read a tensor out as Python numbers or an array: autograd does not follow.
+NUMBER_METHODS = ("item", "tolist", "numpy")
+
+
 def gradient(out: Value, name: Optional[str], args: Args, kw: Kw, line: int) -> Value:
     """`out` with the gradient fact an op's result has: none where the op cuts it or where
     no operand carries one (the first operand's reason is kept), else it may flow."""
@@ -413,4 +417,4 @@ def joined(values: List[Value]) -> Value:
     return out or TOP
 
 
-__all__ = ["OPS", "CREATION", "GRADIENT_CUTS", "apply", "gradient", "EXP_OVERFLOW", "joined"]
+__all__ = ["OPS", "CREATION", "GRADIENT_CUTS", "NUMBER_METHODS", "apply", "gradient", "EXP_OVERFLOW", "joined"]
