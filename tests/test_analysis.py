@@ -385,6 +385,67 @@ def test_no_gradient_says_why_with_the_line_of_its_evidence():
     assert seen[23] == "read as a number (`.item()`)"
 
 
+CALLED_WITHOUT_AUTOGRAD = '''import numpy as np
+import torch
+
+
+def _means(x):
+    return torch.sqrt(x)
+
+
+def _via(x):
+    return _means(x)
+
+
+def public(x):
+    return torch.sqrt(x)
+
+
+def _trained(x):
+    return torch.sqrt(x)
+
+
+class Mixture(torch.nn.Module):
+    @torch.no_grad()
+    def initialize(self, x):
+        self.a = _via(x)
+        self.b = public(x) + _trained(x)
+
+    def forward(self, x):
+        return _trained(x)
+
+
+def weights(labels):
+    return torch.sqrt(np.bincount(labels))
+'''
+
+
+def test_no_gradient_where_every_call_of_a_private_helper_is_under_no_grad(tmp_path):
+    import libcst as cst
+
+    from nanlint.context import FileContext
+    from nanlint.rules.base import Rule
+
+    seen = {}
+
+    class Probe(Rule):
+        code = "NAN999"
+        name = "probe"
+        message = "-"
+
+        def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+            if ctx.qualname(node.func) == "torch.sqrt":
+                seen[ctx.span(node)[0].row] = analysis.no_gradient(ctx, node)
+
+    # In a package module, a public function may have callers elsewhere that differentiate it.
+    _, _, module, _ = _script_and_package_module(tmp_path, CALLED_WITHOUT_AUTOGRAD, "mixture.py")
+    lint_source(str(module), CALLED_WITHOUT_AUTOGRAD, [Probe])
+    assert seen[6] == "`_means` is only called from `_via`; `_via` is only called under `torch.no_grad()` at line 22"
+    assert seen[14] is None  # public: callers outside the file
+    assert seen[18] is None  # also called from `forward`
+    assert seen[32] == "a NumPy array (`np.bincount(...)`) at line 32"
+
+
 def test_a_summary_keeps_the_no_gradient_fact_with_its_line():
     source = "import torch\n\n\ndef frozen(x):\n    return x.detach()\n"
     summary = analysis.summarize_module(("m.py", source))

@@ -122,10 +122,16 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
       optimizer's `step`;
     - the value carries none: a constant, a comparison or a count, `.detach()`, `.data`, a
       `.grad` tensor, a tensor made without `requires_grad` (`torch.randn`, `torch.zeros`),
-      a value computed under `no_grad` earlier, in this function or a callee;
+      a value computed under `no_grad` earlier, in this function or a callee, a NumPy array;
+    - the function only ever runs where autograd is off (every call the file makes to a
+      private helper is under `no_grad`, `callsites.only_without_autograd`);
     - the result is read as a Python number at once (`.item()`, `.tolist()`)."""
     env, v = _at_node(ctx, expr)
     why = env.nograd or v.nograd
+    if why is None:
+        fn = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+        if fn is not None:
+            why = file_analysis(ctx).callsites.only_without_autograd(fn)
     if why is not None:
         row = file_analysis(ctx).line(why.line)
         return f"{why.reason} at line {row}" if row else why.reason

@@ -59,7 +59,7 @@ import libcst as cst
 
 from ..context import strip_parens
 from ..ops import split_args
-from .values import TOP, Value, join
+from .values import TOP, Evidence, Value, join
 
 # More candidate calls than this: no facts (the join would cost more than it tells).
 MAX_SITES = 8
@@ -317,6 +317,8 @@ class CallSites:
         self._entries: Dict[int, Optional[Dict[str, Value]]] = {}
         self._words: Dict[str, int] = {}
         self.computing: Set[int] = set()
+        self._grad_free: Dict[int, Optional[Evidence]] = {}
+        self._grad_pending: Set[int] = set()
 
     @property
     def index(self) -> _Index:
@@ -495,6 +497,53 @@ class CallSites:
                 sites.append(site)
                 via_self = False
         return sites, resolved, via_self and bool(sites)
+
+    # ------------------------------------------------------------------ autograd
+    def only_without_autograd(self, fn: cst.FunctionDef, depth: int = 3) -> Optional[Evidence]:
+        """Evidence that `fn` only ever runs where autograd is off: the file's calls are all
+        its calls (the trust rule above), there is at least one, and each is inside a
+        no-grad region or in a function that itself only runs there (`_kmeans(x)` called
+        from a `@torch.no_grad()` initializer). None otherwise, or past `depth` callers."""
+        key = id(fn)
+        if key in self._grad_free:
+            return self._grad_free[key]
+        if key in self._grad_pending or depth <= 0:
+            return None
+        self._grad_pending.add(key)
+        try:
+            found = self._only_without_autograd(fn, depth)
+        finally:
+            self._grad_pending.discard(key)
+        self._grad_free[key] = found
+        return found
+
+    def _only_without_autograd(self, fn: cst.FunctionDef, depth: int) -> Optional[Evidence]:
+        fa = self.fa
+        cls = fa.owner.get(id(fn))
+        name = fn.name.value
+        if cls is not None and name in ("forward", "__call__", "__init__"):
+            return None  # run through instances and constructors the index does not list
+        decorators = [fa.ctx.code(d.decorator) for d in fn.decorators]
+        if any(not (d in _KEEPS_SIGNATURE or d.startswith("torch.")) for d in decorators):
+            return None
+        found = self._sites(fn, cls, name)
+        if found is None:
+            return None
+        sites, resolved_all, via_self_only = found
+        if not sites or not resolved_all or not self._may_trust(fn, cls, name, via_self_only):
+            return None
+        first: Optional[Evidence] = None
+        for site in sites:
+            region = fa.env_at(site.stack + (site.call,), seeded=False).nograd
+            if region is None:
+                caller = next((n for n in reversed(site.stack) if isinstance(n, cst.FunctionDef)), None)
+                inner = self.only_without_autograd(caller, depth - 1) if caller is not None else None
+                if inner is None:
+                    return None
+                region = Evidence(inner.line, f"from `{caller.name.value}`; {inner.reason}")
+            first = first or region
+        assert first is not None
+        return Evidence(first.line, f"`{name}` is only called {first.reason}")
 
     # ------------------------------------------------------------------ forward
     def _forward_calls(self, fn: cst.FunctionDef, cls: str, params: List[cst.Param]):

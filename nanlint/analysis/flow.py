@@ -73,6 +73,7 @@ _ENABLE_GRAD = {"torch.enable_grad", "torch.autograd.enable_grad"}
 _SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 # Builtins whose result is a plain Python number: autograd does not see it.
 _PYTHON_NUMBERS = {"len", "int", "float", "round", "bool", "range"}
+_ARRAY_LIBRARIES = {"numpy", "scipy"}
 _DIM_OPS = {"softmax", "sum", "max"}
 _EPS_WORDS = ("eps", "epsilon", "tiny")
 
@@ -744,6 +745,8 @@ class FileAnalysis:
             return env
         elif method == "requires_grad_":
             new = replace(current, trainable=True, nograd=None)
+        elif method == "detach_":
+            new = replace(current, trainable=False, nograd=Evidence(self.token(expr), f"`{key}.detach_()`"))
         elif method in _MEMBER_UPDATES and current.members is not None:
             # `self.layers.append(m)`: what the container holds is no longer known.
             env = env.copy()
@@ -889,6 +892,13 @@ class FileAnalysis:
             return env.copy()
         if isinstance(test, cst.Name) and test.value in ("True", "False"):
             return env.copy() if (test.value == "True") == truth else None
+        if not truth and isinstance(test, cst.Attribute) and test.attr.value == "requires_grad" and \
+                isinstance(test.value, cst.Name) and test.value.value in env.vars:
+            # `if x.requires_grad: ... else: <x takes no gradient here>`
+            out = env.copy()
+            name = test.value.value
+            out.vars[name] = replace(env.vars[name], nograd=Evidence(self.token(test), f"`{name}.requires_grad` is false"))
+            return out
         every = self._all_of(test)
         if every is not None:
             # `(y > 0).all()`: on the true branch every element satisfies the comparison.
@@ -1196,6 +1206,9 @@ class FileAnalysis:
             found = imports.call_value(self, node, env, line)
             if found is not None:
                 return found
+        if full is not None and full.split(".")[0] in _ARRAY_LIBRARIES:
+            # NumPy and SciPy compute outside autograd: no gradient reaches their results.
+            return Value(nograd=Evidence(line, f"a NumPy array (`{_code(ctx, func)}(...)`)"))
         if full is not None:
             return self._eval_torch(full, node, positional, keywords, env, depth, line)
         if isinstance(func, cst.Name):

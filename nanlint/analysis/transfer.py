@@ -369,7 +369,7 @@ OPS: Dict[str, Transfer] = {
         "expand_as", "gather", "index_select", "select", "narrow", "masked_select",
         "take_along_dim", "repeat", "flip", "roll", "chunk", "split", "unbind", "T", "mT",
     )},
-    **{name: copy for name in ("clone", "detach", "contiguous", "cuda", "cpu", "data")},
+    **{name: copy for name in ("clone", "detach", "detach_", "contiguous", "cuda", "cpu", "data")},
     "half": cast("float16"), "bfloat16": cast("bfloat16"), "float": cast("float32"),
     "double": cast("float64"),
     "bincount": count, "count_nonzero": count, "histc": count,
@@ -382,7 +382,7 @@ OPS: Dict[str, Transfer] = {
 # Ops whose result takes no gradient back to its operands: a detached copy, integer and
 # boolean results, counts. (What the op is called on says why.)
 GRADIENT_CUTS = {
-    "detach": "`.detach()`", "data": "`.data`", "long": "an integer cast", "int": "an integer cast",
+    "detach": "`.detach()`", "detach_": "`.detach_()`", "data": "`.data`", "long": "an integer cast", "int": "an integer cast",
     "bool": "a boolean", "any": "a boolean", "all": "a boolean", "bincount": "a count",
     "count_nonzero": "a count", "histc": "a count",
 }

@@ -282,6 +282,15 @@ def _grad_descendants(ctx: FileContext, node: cst.CSTNode) -> Iterable[cst.CSTNo
         yield from _grad_descendants(ctx, child)
 
 
+def _gradient_reaches(ctx: FileContext, sub: cst.BaseExpression, operand: cst.BaseExpression) -> bool:
+    """Whether the backward pass reaches the singular op `sub`: its unsafe operand carries a
+    gradient, or, for a division, the numerator does (d(a/b)/da = 1/b is inf at b = 0 even
+    when `b` is a count without gradient)."""
+    op = ctx.op(sub)
+    inputs = op.args[:2] if op is not None and op.name in ("div", "true_divide") else [operand]
+    return not all(analysis.no_gradient(ctx, a) for a in inputs)
+
+
 class WhereUnsafeBranch(Rule):
     code = "NAN112"
     fails_in = 'all (gradient)'
@@ -425,14 +434,11 @@ variable, the finding comes without a fix.
                 if found is None:
                     continue
                 what, operand = found
-                if _guards_itself(ctx, operand) or analysis.no_gradient(ctx, operand):
+                if _guards_itself(ctx, operand) or not _gradient_reaches(ctx, sub, operand):
                     continue
                 if not _domain_guard(ctx, cond, operand):
                     continue
                 if not _singular_discarded(ctx, cond, operand, what, taken_when_true):
-                    continue
-                sub_op = ctx.op(sub)
-                if all(analysis.no_gradient(ctx, a) for a in (sub_op.args[:2] if sub_op is not None else [operand])):
                     continue
                 local = not any(sub is d for d in _descendants(branch))
                 through_local = through_local or local
@@ -479,7 +485,7 @@ variable, the finding comes without a fix.
             if found is None:
                 continue
             what, operand = found
-            if _guards_itself(ctx, operand) or analysis.no_gradient(ctx, operand):
+            if _guards_itself(ctx, operand) or not _gradient_reaches(ctx, sub, operand):
                 continue
             # The patched points are the ones the op's value is discarded at.
             if not _domain_guard(ctx, cond, operand) or not _singular_discarded(ctx, cond, operand, what, False):
