@@ -129,9 +129,11 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     env, v = _at_node(ctx, expr)
     why = env.nograd or v.nograd
     if why is None:
+        fa = file_analysis(ctx)
         fn = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
-        if fn is not None:
-            why = file_analysis(ctx).callsites.only_without_autograd(fn)
+        turned_on = any(isinstance(n, cst.With) and any(fa.grad_mode(i.item) for i in n.items) for n in ctx.stack)
+        if fn is not None and not turned_on:  # `with torch.enable_grad():` inside it: on again
+            why = fa.callsites.only_without_autograd(fn)
     if why is not None:
         row = file_analysis(ctx).line(why.line)
         return f"{why.reason} at line {row}" if row else why.reason

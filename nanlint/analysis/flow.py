@@ -265,7 +265,7 @@ class FileAnalysis:
         return env
 
     # ------------------------------------------------------------------ autograd regions
-    def _grad_mode(self, call: cst.BaseExpression) -> Optional[bool]:
+    def grad_mode(self, call: cst.BaseExpression) -> Optional[bool]:
         """What a `with` item or a decorator does to autograd: False where it turns it off
         (`torch.no_grad()`, `torch.inference_mode()`, `torch.set_grad_enabled(False)`), True
         where it turns it back on (`torch.enable_grad()`, `set_grad_enabled(True)`), None
@@ -284,7 +284,7 @@ class FileAnalysis:
 
     def _grad_region(self, item: cst.BaseExpression, current: Optional[Evidence]) -> Optional[Evidence]:
         """The no-gradient region in force under a `with` item or a decorator."""
-        mode = self._grad_mode(item)
+        mode = self.grad_mode(item)
         if mode is False:
             return Evidence(self.token(item), f"under `{_code(self.ctx, item)}`")
         return None if mode is True else current
