@@ -356,7 +356,8 @@ def f(x, w):
 '''
 
 
-def test_no_gradient_says_why_with_the_line_of_its_evidence():
+def _no_gradient_of_each_sqrt(path: str, source: str) -> dict:
+    """`analysis.no_gradient` of every `torch.sqrt(...)` call of `source`, by line."""
     import libcst as cst
 
     from nanlint.context import FileContext
@@ -373,7 +374,12 @@ def test_no_gradient_says_why_with_the_line_of_its_evidence():
             if ctx.qualname(node.func) == "torch.sqrt":
                 seen[ctx.span(node)[0].row] = analysis.no_gradient(ctx, node)
 
-    lint_source("m.py", GRADIENTS, [Probe])
+    lint_source(path, source, [Probe])
+    return seen
+
+
+def test_no_gradient_says_why_with_the_line_of_its_evidence():
+    seen = _no_gradient_of_each_sqrt("m.py", GRADIENTS)
     assert "in the optimizer step `Step.step`" in seen[7]
     assert seen[12] == "`.detach()` at line 11"
     assert seen[15] == "under `torch.no_grad()` at line 13"
@@ -421,25 +427,9 @@ def weights(labels):
 
 
 def test_no_gradient_where_every_call_of_a_private_helper_is_under_no_grad(tmp_path):
-    import libcst as cst
-
-    from nanlint.context import FileContext
-    from nanlint.rules.base import Rule
-
-    seen = {}
-
-    class Probe(Rule):
-        code = "NAN999"
-        name = "probe"
-        message = "-"
-
-        def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-            if ctx.qualname(node.func) == "torch.sqrt":
-                seen[ctx.span(node)[0].row] = analysis.no_gradient(ctx, node)
-
     # In a package module, a public function may have callers elsewhere that differentiate it.
     _, _, module, _ = _script_and_package_module(tmp_path, CALLED_WITHOUT_AUTOGRAD, "mixture.py")
-    lint_source(str(module), CALLED_WITHOUT_AUTOGRAD, [Probe])
+    seen = _no_gradient_of_each_sqrt(str(module), CALLED_WITHOUT_AUTOGRAD)
     assert seen[6] == "`_means` is only called from `_via`; `_via` is only called under `torch.no_grad()` at line 22"
     assert seen[14] is None  # public: callers outside the file
     assert seen[18] is None  # also called from `forward`

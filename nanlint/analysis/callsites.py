@@ -53,7 +53,7 @@ import dataclasses
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -303,6 +303,22 @@ def _enclosing_class(site: Site) -> Optional[str]:
     return next((n.name.value for n in reversed(site.stack) if isinstance(n, cst.ClassDef)), None)
 
 
+def _once(memo: Dict[int, Any], pending: Set[int], key: int, compute: Callable[[], Any]) -> Any:
+    """`compute()` memoized under `key`; None for a key whose computation is under way (a
+    recursive call: the unknown answer stands for it)."""
+    if key in memo:
+        return memo[key]
+    if key in pending:
+        return None
+    pending.add(key)
+    try:
+        found = compute()
+    finally:
+        pending.discard(key)
+    memo[key] = found
+    return found
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.endswith("__")
 
@@ -337,18 +353,7 @@ class CallSites:
         """The entry value of each parameter of `fn` from the file's calls, or None where the
         calls tell nothing (no call, too many, a class's own `__call__`). `plain` holds what a parameter is
         without call sites (unknown; an `eps` is positive): an untrusted join keeps it."""
-        key = id(fn)
-        if key in self._entries:
-            return self._entries[key]
-        if key in self.computing:
-            return None
-        self.computing.add(key)
-        try:
-            found = self._entry(fn, plain)
-        finally:
-            self.computing.discard(key)
-        self._entries[key] = found
-        return found
+        return _once(self._entries, self.computing, id(fn), lambda: self._entry(fn, plain))
 
     def _entry(self, fn: cst.FunctionDef, plain: Dict[str, Value]) -> Optional[Dict[str, Value]]:
         fa = self.fa
@@ -358,8 +363,8 @@ class CallSites:
             return None
         if cls is not None and name == "forward" and fa.method(cls, "__call__") is not None:
             return None  # `inst(x)` runs the class's own `__call__`, not this
-        decorators = [fa.ctx.code(d.decorator) for d in fn.decorators]
-        if any(not (d in _KEEPS_SIGNATURE or d.startswith("torch.")) for d in decorators):
+        decorators = self._plain_decorators(fn)
+        if decorators is None:
             return None
         params = self._params(fn, cls, decorators)
         if params is None:
@@ -406,6 +411,14 @@ class CallSites:
         if all(out[k] == plain.get(k, TOP) for k in out):
             return None
         return out
+
+    def _plain_decorators(self, fn: cst.FunctionDef) -> Optional[List[str]]:
+        """`fn`'s decorators as written, or None where one may wrap it (the calls the index
+        sees would then not be calls of `fn` as written)."""
+        decorators = [self.fa.ctx.code(d.decorator) for d in fn.decorators]
+        if any(not (d in _KEEPS_SIGNATURE or d.startswith("torch.")) for d in decorators):
+            return None
+        return decorators
 
     def _params(self, fn: cst.FunctionDef, cls: Optional[str], decorators: List[str]) -> Optional[List[cst.Param]]:
         """The parameters a call binds, in order (`self` / `cls` left out)."""
@@ -504,18 +517,9 @@ class CallSites:
         its calls (the trust rule above), there is at least one, and each is inside a
         no-grad region or in a function that itself only runs there (`_kmeans(x)` called
         from a `@torch.no_grad()` initializer). None otherwise, or past `depth` callers."""
-        key = id(fn)
-        if key in self._grad_free:
-            return self._grad_free[key]
-        if key in self._grad_pending or depth <= 0:
+        if depth <= 0:
             return None
-        self._grad_pending.add(key)
-        try:
-            found = self._only_without_autograd(fn, depth)
-        finally:
-            self._grad_pending.discard(key)
-        self._grad_free[key] = found
-        return found
+        return _once(self._grad_free, self._grad_pending, id(fn), lambda: self._only_without_autograd(fn, depth))
 
     def _only_without_autograd(self, fn: cst.FunctionDef, depth: int) -> Optional[Evidence]:
         fa = self.fa
@@ -523,8 +527,7 @@ class CallSites:
         name = fn.name.value
         if cls is not None and name in ("forward", "__call__", "__init__"):
             return None  # run through instances and constructors the index does not list
-        decorators = [fa.ctx.code(d.decorator) for d in fn.decorators]
-        if any(not (d in _KEEPS_SIGNATURE or d.startswith("torch.")) for d in decorators):
+        if self._plain_decorators(fn) is None:
             return None
         found = self._sites(fn, cls, name)
         if found is None:
