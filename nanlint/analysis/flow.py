@@ -74,6 +74,8 @@ _SET_GRAD_ENABLED = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"
 # Builtins whose result is a plain Python number: autograd does not see it.
 _PYTHON_NUMBERS = {"len", "int", "float", "round", "bool", "range"}
 _ARRAY_LIBRARIES = {"numpy", "scipy"}
+# Reductions whose result is at least every entry along their dim: `x - max(x)` is <= 0.
+_SHIFTS = {"max", "amax", "logsumexp"}
 _DIM_OPS = {"softmax", "sum", "max"}
 _EPS_WORDS = ("eps", "epsilon", "tiny")
 
@@ -126,6 +128,19 @@ def join_env(a: Optional[Env], b: Optional[Env], widening: bool = False) -> Opti
         else:
             out.vars[key] = join(va, vb)  # type: ignore[assignment]
     return out
+
+
+def _undetached(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`x` for `x.detach()` / `x.data` (the same values: a max taken on them shifts `x`)."""
+    node = strip_parens(node)
+    while True:
+        if isinstance(node, cst.Attribute) and node.attr.value == "data":
+            node = strip_parens(node.value)
+        elif isinstance(node, cst.Call) and not node.args and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value == "detach":
+            node = strip_parens(node.func.value)
+        else:
+            return node
 
 
 def _code(ctx, node: cst.CSTNode) -> str:
@@ -1157,6 +1172,9 @@ class FileAnalysis:
             if rel is not None:
                 out = replace(out, lo=max(out.lo, 0.0)) if rel == ">=" else replace(out, hi=min(out.hi, 0.0))
                 out = out.with_evidence(self.token(node), "the branch condition bounds this difference")
+            elif operands[1].max_of is not None and operands[1].max_of == _code(self.ctx, node.left):
+                out = replace(out, hi=min(out.hi, 0.0)).with_evidence(
+                    self.token(node), f"shifted by the maximum of `{operands[1].max_of}`")
             return out
         op = match_op(node, self.ctx.qualname)
         if op is not None:
@@ -1188,11 +1206,9 @@ class FileAnalysis:
             if len(op.args) > 1:
                 codes["#1"] = _code(self.ctx, op.args[1])
         out = transfer.apply(op.name, args, kw, codes, self.token(node))
-        if out is None:
-            return TOP
-        if op.name in ("sum", "mean") and args and args[0].prob and args[0].simplex_dim is not None:
-            pass
-        return out
+        if op.name in _SHIFTS and op.args:
+            return replace(out or TOP, max_of=_code(self.ctx, _undetached(op.args[0])))
+        return out or TOP
 
     def _eval_call(self, node: cst.Call, env: Env, depth: int) -> Value:
         ctx = self.ctx

@@ -407,7 +407,10 @@ def apply(name: str, args: Args, kw: Kw, codes: Codes, line: int) -> Optional[Va
     transfer = OPS.get(name)
     if transfer is None:
         return None
-    return gradient(transfer(args, kw, codes, line), name, args, kw, line)
+    out = transfer(args, kw, codes, line)
+    if out.max_of is not None and transfer not in (passthrough, copy):
+        out = replace(out, max_of=None)  # only indexing and copies keep "the maximum of x"
+    return gradient(out, name, args, kw, line)
 
 
 def joined(values: List[Value]) -> Value:

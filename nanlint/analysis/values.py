@@ -57,6 +57,9 @@ class Value:
     learned: bool = False
     # "float16" / "bfloat16" / "float32", where evident.
     dtype: Optional[str] = None
+    # The tensor (as written) this is the maximum or the logsumexp of, along some dim or
+    # all of it: `x - <this>` is <= 0 (the max-shift before an `exp`).
+    max_of: Optional[str] = None
     # Moved by training (requires_grad, nn.Parameter, given to an optimizer).
     trainable: bool = False
     # Why no gradient flows back through this value, or None (it may): a constant, a
@@ -135,6 +138,7 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         cosine=a.cosine and b.cosine,
         learned=a.learned and b.learned,
         dtype=a.dtype if a.dtype == b.dtype else (a.dtype or b.dtype if "float16" in (a.dtype, b.dtype) else None),
+        max_of=a.max_of if a.max_of == b.max_of else None,
         trainable=a.trainable or b.trainable,
         nograd=a.nograd if a.nograd and b.nograd else None,
         module_out=_joined_module(a, b),

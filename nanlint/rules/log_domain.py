@@ -130,20 +130,16 @@ def shifted_by_global_max(ctx: FileContext, node: cst.BaseExpression, env: Env) 
 
 
 def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
-    """True where `exp(node)` cannot overflow: `x - x.max(...)` (the stabilized form),
-    `x - x.amax(...)`, `x - x.logsumexp(...)`, log-probabilities, `-abs(x)`, `-relu(x)`, and
-    any exponent that is evidently <= 0, also where the flow bounds it (`b - a` inside
-    `if a > b:`, `t` after `t[t > 20] = 20`)."""
+    """True where `exp(node)` cannot overflow: what the analysis bounds (a max-shift
+    `x - x.max(...)` / `amax` / `logsumexp` of the same tensor, written here, a statement
+    earlier or in a helper; `b - a` inside `if a > b:`; `t` after `t[t > 20] = 20`),
+    log-probabilities, `-abs(x)`, `-relu(x)`, and any exponent that is evidently <= 0."""
     if analysis.exp_cannot_overflow(ctx, node):
         return True
     node, env, _ = _follow(ctx, strip_parens(node), env, False)
     op = ctx.op(node)
     if op is None:
         return False
-    if op.name == "sub" and len(op.args) == 2 and not op.kwargs:
-        shift, _ = _unwrap_shift(ctx, op.args[1], env)
-        inner = ctx.op(shift)
-        return inner is not None and inner.name in ("max", "amax", "logsumexp")
     if op.name in ("log_softmax", "logsigmoid"):
         return True
     if op.name == "neg" and len(op.args) == 1 and _find(ctx, op.args[0], _NONNEGATIVE_OPS, env) is not None:
