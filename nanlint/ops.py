@@ -58,6 +58,7 @@ _register("norm", "torch.norm")
 _register("linalg_norm", "torch.linalg.norm")
 _register("vector_norm", "torch.linalg.vector_norm")
 _register("acos", "torch.acos", "torch.arccos")
+_register("sin", "torch.sin")
 _register("asin", "torch.asin", "torch.arcsin")
 _register("atan", "torch.atan", "torch.arctan")
 _register("cosine_similarity", "torch.nn.functional.cosine_similarity", "torch.cosine_similarity")
@@ -102,6 +103,7 @@ _METHOD_OPS: Dict[str, Tuple[str, Tuple[int, ...]]] = {
     "mean": ("mean", (0, 1, 2)),
     "norm": ("norm", (0, 1, 2, 3)),
     "acos": ("acos", (0,)),
+    "sin": ("sin", (0,)),
     "arccos": ("acos", (0,)),
     "asin": ("asin", (0,)),
     "arcsin": ("asin", (0,)),

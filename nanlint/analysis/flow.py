@@ -1372,7 +1372,11 @@ class FileAnalysis:
             v = interval(min(a.lo, b.lo), max(a.hi, b.hi), nograd=made).with_evidence(line, "`linspace` bounds")
             return self._requires_grad(v, keywords, line)
         if full == "torch.arange":
-            return Value(lo=0.0 if len(positional) <= 1 else -INF, integer=True, nograd=made)
+            # `arange(end)` starts at 0; `arange(start, end[, step])` at `start` when it counts up.
+            start = self.eval(positional[0], env, depth - 1).lo if len(positional) >= 2 else 0.0
+            step = self.eval(positional[2], env, depth - 1) if len(positional) >= 3 else point(1.0)
+            lo = start if step.lo > 0 else -INF
+            return Value(lo=lo, nonzero=lo > 0, integer=True, nograd=made)
         if full in ("torch.tensor", "torch.scalar_tensor") and positional:
             # A new leaf: its data is copied, its history is not.
             inner = replace(self.eval(positional[0], env, depth - 1), nograd=made)

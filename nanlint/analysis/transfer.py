@@ -288,6 +288,7 @@ def matmul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 
 
 def tanh(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    """Also `sin`: values in [-1, 1]."""
     a = args[0] if args else TOP
     return Value(lo=-1.0, hi=1.0, dtype=a.dtype, trainable=a.trainable)
 
@@ -356,7 +357,7 @@ OPS: Dict[str, Transfer] = {
     "sum": reduce_sum, "mean": reduce_mean, "max": reduce_max, "amax": reduce_max,
     "norm": norm, "linalg_norm": norm, "vector_norm": norm,
     "normalize": normalize, "cosine_similarity": cosine, "matmul": matmul,
-    "tanh": tanh, "acos": lambda a, k, c, l: Value(lo=0.0, hi=math.pi),
+    "tanh": tanh, "sin": tanh, "acos": lambda a, k, c, l: Value(lo=0.0, hi=math.pi),
     "asin": lambda a, k, c, l: Value(lo=-math.pi / 2, hi=math.pi / 2),
     "atan": lambda a, k, c, l: Value(lo=-math.pi / 2, hi=math.pi / 2),
     "var": lambda a, k, c, l: Value(lo=0.0, zero="a variance"),
