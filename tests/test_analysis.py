@@ -447,6 +447,19 @@ def test_a_summary_keeps_the_no_gradient_fact_with_its_line():
     assert back.nograd.reason == "`.detach()` at pkg/m.py:5"
 
 
+def test_a_summary_keeps_the_elements_of_a_returned_tuple():
+    source = "import torch\n\n\ndef gate(x):\n    return torch.sigmoid(x), x\n"
+    summary = analysis.summarize_module(("m.py", source))
+    returned = summary.functions["gate"].returns
+    assert [k for k, _ in returned.members] == ["0", "1"]
+    assert returned.members[0][1].prob == "sigmoid" and returned.members[1][1].prob is None
+    from nanlint.analysis.summaries import value_from_data, value_to_data
+
+    back = value_from_data(value_to_data(returned), "pkg/m.py")
+    assert back.members[0][1].prob == "sigmoid"
+    assert "pkg/m.py:5" in back.members[0][1].evidence[-1].reason
+
+
 GATED = '''\
 import torch
 from torch import nn

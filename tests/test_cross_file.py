@@ -321,3 +321,19 @@ def test_the_analysis_summary_types_round_trip_through_json():
     assert back.classes["Actor"].bases == ("nn.Module",)
     assert back.classes["Actor"].attributes["body"].module_out is not None
     assert back.functions["probs_of"].returns.prob == "sigmoid"
+
+
+def test_a_probability_returned_in_a_tuple_from_another_file(tmp_path, check):
+    root = tmp_path / "tuples"
+    (root / "pkg").mkdir(parents=True)
+    (root / "setup.py").write_text("")
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "heads.py").write_text(
+        "import torch\n\n\ndef policy_and_value(obs):\n    return torch.softmax(obs, -1), obs.mean(-1)\n")
+    (root / "pkg" / "train.py").write_text(
+        "import torch\n\nfrom .heads import policy_and_value\n\n\n"
+        "def loss(obs):\n    probs, value = policy_and_value(obs)\n"
+        "    return torch.log(probs).mean() + torch.log(value.exp()).mean()\n")
+    found, _ = check(root, ".")
+    assert where(found) == [("pkg/train.py", 8, "NAN201")]
+    assert "softmax at pkg/heads.py:5" in found[0][3]

@@ -316,7 +316,9 @@ def _resolved(fa: FileAnalysis, v: Value) -> Value:
     ev = tuple(Evidence(fa.line(e.line), e.reason) for e in v.evidence)
     out = v.module_out
     nograd = v.nograd and Evidence(fa.line(v.nograd.line), v.nograd.reason)
-    return replace(v, evidence=ev, module_out=_resolved(fa, out) if out is not None else None, nograd=nograd)
+    members = tuple((k, _resolved(fa, m)) for k, m in v.members) if v.members is not None else None
+    return replace(v, evidence=ev, module_out=_resolved(fa, out) if out is not None else None, nograd=nograd,
+                   members=members)
 
 
 def summarize_module(source) -> ModuleSummary:

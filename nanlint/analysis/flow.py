@@ -32,7 +32,7 @@ import libcst as cst
 from ..context import dotted_name, strip_parens as _strip
 from ..ops import match_op, number_value, split_args
 from . import imports, transfer
-from .values import INF, TOP, Evidence, Value, interval, join, point, unknown, widen
+from .values import INF, TOP, Evidence, Value, cited, interval, join, point, unknown, widen
 
 Rel = Tuple[str, str, str]
 
@@ -367,7 +367,8 @@ class FileAnalysis:
         env = self._entry_env(fn, cls)
         frame = _Frame(cls)
         self.run_block(fn.body.body if isinstance(fn.body, cst.IndentedBlock) else fn.body.body, env, frame)
-        self.returns[key] = frame.returns if frame.returned else TOP
+        # What a `max_of` names is the callee's own variable: meaningless to a caller.
+        self.returns[key] = replace(frame.returns, max_of=None) if frame.returned else TOP
         self._done.add(key)
 
     def ensure_seeded(self, fn: cst.FunctionDef) -> None:
@@ -848,12 +849,18 @@ class FileAnalysis:
             elements = None
             if source is not None and isinstance(strip_parens(source), (cst.Tuple, cst.List)):
                 elements = strip_parens(source).elements
+            positions = dict(value.members) if value.members is not None and elements is None else {}
+            starred = False
             for i, el in enumerate(target.elements):
                 inner = el.value
                 if isinstance(el, cst.StarredElement):
+                    starred = True
                     self.assign(inner, TOP, env)
                 elif elements is not None and i < len(elements) and not isinstance(elements[i], cst.StarredElement):
                     self.assign(inner, self.eval(elements[i].value, env), env, elements[i].value)
+                elif not starred and str(i) in positions:
+                    # `p, _ = self.head(x)` where the method returns `softmax(...), logits`.
+                    self.assign(inner, positions[str(i)], env)
                 else:
                     self.assign(inner, TOP, env)
         elif isinstance(target, cst.Attribute):
@@ -1143,9 +1150,12 @@ class FileAnalysis:
                             out = replace(out, nonzero=True, zero=None, lo=max(out.lo, 0.0))
             return out
         if isinstance(node, (cst.Tuple, cst.List)):
-            for el in node.elements:  # calls inside count (autocast callees, half models)
-                self.eval(el.value, env, depth - 1)
-            return TOP
+            # Every element is evaluated (calls inside count: autocast callees, half models).
+            elements = [self.eval(el.value, env, depth - 1) for el in node.elements]
+            if any(isinstance(el, cst.StarredElement) for el in node.elements):
+                return TOP
+            # `return probs, logits` then `p, _ = f(x)` or `f(x)[0]`: each element by position.
+            return Value(members=tuple((str(i), v) for i, v in enumerate(elements)))
         if isinstance(node, cst.Comparison):
             v = _boolean(self.token(node))
             if len(node.comparisons) == 1 and isinstance(node.comparisons[0].operator, cst.Equal):
@@ -1237,7 +1247,7 @@ class FileAnalysis:
             if func.value in self.functions:
                 self._note_autocast(func.value, env, line)
                 value = self.function_return(self.functions[func.value])
-                return value.with_evidence(line, f"returned by `{func.value}`") if value.prob else value
+                return cited(value, line, f"returned by `{func.value}`")
             if func.value in self.classes:
                 return Value(instance_of=func.value, evidence=(Evidence(line, f"`{func.value}` instance"),))
             callee = self.eval(func, env, depth - 1)
@@ -1250,9 +1260,7 @@ class FileAnalysis:
                 if fn is not None:
                     self._note_autocast(f"{receiver.instance_of}.{name}", env, line)
                     value = self.function_return(fn)
-                    if value.prob:
-                        return value.with_evidence(line, f"returned by `{receiver.instance_of}.{name}`")
-                    return value
+                    return cited(value, line, f"returned by `{receiver.instance_of}.{name}`")
                 if name in ("half", "bfloat16") or (name == "to" and any(
                     ctx.qualname(a) in ("torch.float16", "torch.half", "torch.bfloat16") for a in positional
                 )):
@@ -1324,11 +1332,17 @@ class FileAnalysis:
                 value = self.function_return(fn)
                 if callee.dtype in ("float16", "bfloat16"):
                     value = replace(value, dtype=callee.dtype)
+                value = cited(value, line, f"`{callee.instance_of}.forward` via `{spelled}(...)`")
                 if value.prob:
-                    return value.with_evidence(line, f"`{callee.instance_of}.forward` via `{spelled}(...)`")
+                    return value
                 if unknown(value):
                     # A model's output with nothing more known: learned features.
                     return Value(learned=True, nograd=value.nograd, evidence=(Evidence(line, f"output of `{spelled}`"),))
+                if value.members is not None:
+                    # `return h, attn`: each unknown element is a learned feature too.
+                    learned = Value(learned=True, evidence=(Evidence(line, f"output of `{spelled}`"),))
+                    return replace(value, members=tuple(
+                        (k, replace(learned, nograd=v.nograd) if unknown(v) else v) for k, v in value.members))
                 return value
         return TOP
 

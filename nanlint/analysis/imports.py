@@ -16,7 +16,7 @@ import libcst as cst
 
 from ..context import dotted_name, strip_parens
 from . import summaries
-from .values import TOP, Evidence, Value, unknown
+from .values import TOP, Evidence, Value, cited, unknown
 
 # (module as spelled, member name): `from .nets import Actor` binds Actor to (".nets", "Actor").
 Member = Tuple[str, str]
@@ -169,7 +169,7 @@ class ImportedNames:
         out = self.returns(data, member)
         if out is None:
             return None
-        return out.with_evidence(line, f"returned by `{spelled}`") if out.prob else out
+        return cited(out, line, f"returned by `{spelled}`")
 
     def method_call(self, instance: Value, method: str, line: int) -> Optional[Value]:
         """`actor.probs(x)` on an instance of an imported class."""
@@ -181,7 +181,7 @@ class ImportedNames:
         out = self.returns(*self.method_data(member, method))
         if out is None:
             return TOP
-        return out.with_evidence(line, f"returned by `{member[1]}.{method}`") if out.prob else out
+        return cited(out, line, f"returned by `{member[1]}.{method}`")
 
 
 def _statement_calls(body, found: set) -> None:
@@ -269,7 +269,7 @@ def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
             # `Actor.probs(model, x)`, a static or class method: the method's summary.
             out = names.returns(*names.method_data(cls, method))
             if out is not None:
-                return out.with_evidence(line, f"returned by `{spelled}`") if out.prob else out
+                return cited(out, line, f"returned by `{spelled}`")
     if isinstance(func, cst.Attribute) and names._instances:
         receiver_name = dotted_name(func.value)
         if receiver_name is not None:

@@ -31,7 +31,7 @@ import libcst as cst
 from .values import TOP, Evidence, Value, unknown
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
-FORMAT = 2
+FORMAT = 3
 PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
 
 # Larger imported files are not summarized (the default `max-file-size`: a file that large is
@@ -42,7 +42,7 @@ _NESTING = 2
 # A file that never says this has no autocast region to call a function in.
 _MAY_AUTOCAST = re.compile(r"autocast")
 
-_DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out", "nograd")}
+_DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out", "nograd", "members")}
 
 
 # ---------------------------------------------------------------------- values <-> data
@@ -70,6 +70,8 @@ def value_to_data(v: Value) -> Dict[str, Any]:
             out[name] = _number_to_data(got) if name in ("lo", "hi") else got
     if v.module_out is not None:
         out["module_out"] = value_to_data(v.module_out)
+    if v.members is not None:
+        out["members"] = [[k, value_to_data(m)] for k, m in v.members]
     if v.evidence:
         out["evidence"] = [[e.line, e.reason] for e in v.evidence]
     if v.nograd is not None:
@@ -91,6 +93,8 @@ def value_from_data(data: Dict[str, Any], display: str) -> Value:
         kw[name] = got
     if "module_out" in data:
         kw["module_out"] = value_from_data(data["module_out"], display)
+    if "members" in data:
+        kw["members"] = tuple((k, value_from_data(m, display)) for k, m in data["members"])
     evidence = []
     for line, reason in data.get("evidence", ()):
         evidence.append(Evidence(0, f"{reason} at {display}:{line}" if line else f"{reason} ({display})"))
@@ -205,7 +209,10 @@ def _resolved(fa, v: Value, depth: int = _NESTING) -> Value:
     if out is not None:
         out = _resolved(fa, out, depth - 1) if depth > 0 else None
     nograd = v.nograd and Evidence(_line(fa, v.nograd.line, getattr(fa, "_summary_name", None)), v.nograd.reason)
-    return replace(v, evidence=ev, module_out=out, instance_of=None, nograd=nograd)
+    members = v.members
+    if members is not None:
+        members = tuple((k, _resolved(fa, m, depth - 1)) for k, m in members) if depth > 0 else None
+    return replace(v, evidence=ev, module_out=out, instance_of=None, nograd=nograd, members=members)
 
 
 def half_precision_callees(fa) -> Dict[str, str]:

@@ -70,7 +70,8 @@ class Value:
     module_out: Optional["Value"] = None
     # An instance of a class of this file (its name), for `model(x)` -> forward.
     instance_of: Optional[str] = None
-    # The modules an `nn.ModuleList` / `nn.ModuleDict` holds, by index or key ("0", "policy").
+    # The elements of a tuple or list by position ("0", "1"), or the modules an
+    # `nn.ModuleList` / `nn.ModuleDict` holds, by index or key ("0", "policy").
     members: Optional[Tuple[Tuple[str, "Value"], ...]] = None
     # Where the facts came from, newest last.
     evidence: Tuple[Evidence, ...] = field(default=())
@@ -143,7 +144,7 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         nograd=a.nograd if a.nograd and b.nograd else None,
         module_out=_joined_module(a, b),
         instance_of=a.instance_of if a.instance_of == b.instance_of else None,
-        members=a.members if a.members == b.members else None,
+        members=_joined_members(a, b),
         evidence=_joined_evidence(a, b),
     )
 
@@ -153,6 +154,25 @@ def _joined_evidence(a: Value, b: Value) -> Tuple[Evidence, ...]:
     the last entries next to that reason ("a softmax output: softmax at line 3")."""
     first, last = (b, a) if a.zero else (a, b)
     return tuple(dict.fromkeys(first.evidence + last.evidence))[-4:]
+
+
+def cited(value: Value, line: int, reason: str) -> Value:
+    """A probability returned by a call, with the call as evidence (messages cite it), also
+    as an element of a returned tuple."""
+    if value.prob:
+        return value.with_evidence(line, reason)
+    if value.members is not None and any(v.prob for _, v in value.members):
+        return replace(value, members=tuple((k, v.with_evidence(line, reason) if v.prob else v)
+                                            for k, v in value.members))
+    return value
+
+
+def _joined_members(a: Value, b: Value):
+    """Element by element where both sides hold the same positions or keys (two `return p, q`
+    paths), else unknown."""
+    if a.members is None or b.members is None or [k for k, _ in a.members] != [k for k, _ in b.members]:
+        return None
+    return tuple((k, join(x, y) or TOP) for (k, x), (_, y) in zip(a.members, b.members))
 
 
 def _joined_module(a: Value, b: Value) -> Optional[Value]:
