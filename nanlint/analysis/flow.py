@@ -12,7 +12,12 @@ value of an expression as it is there.
 Calls inside the file are followed through summaries: a function's or method's return value
 (`self.probs(x)`, `helper(x)`), `Cls(...)(x)` and `self.attr(x)` to `forward`, modules held in
 attributes (`self.act = nn.Softmax(dim=1)`, an `nn.Sequential` ending in one), the members
-of an `nn.ModuleList` / `nn.ModuleDict` (`for layer in self.layers:`, `self.heads["policy"](h)`).
+of an `nn.ModuleList` / `nn.ModuleDict` (`for layer in self.layers:`, `self.heads["policy"](h)`),
+and the elements of a returned tuple (`probs, logits = self(obs)`, `head(x)[0]`).
+
+Facts that need two expressions at once are kept on the value: a maximum remembers the tensor
+it is the maximum of (`max_of`), so `x - m` with `m = x.max(-1, keepdim=True).values` is <= 0
+wherever it is computed, a helper included.
 
 Parameters take their entry values from the file's own calls (callsites.py): `__init__` in its
 one run (nothing calls it back through a return), any other function in a second, "seeded"
