@@ -196,7 +196,12 @@ def widen(old: Value, new: Value) -> Value:
     assert joined is not None
     lo = joined.lo if joined.lo >= old.lo else -INF
     hi = joined.hi if joined.hi <= old.hi else INF
-    return replace(joined, lo=lo, hi=hi, nonzero=joined.nonzero and (lo > 0 or hi < 0 or old.nonzero))
+    members = joined.members
+    if members is not None and old.members is not None and new.members is not None:
+        # A tuple carried around a loop (`state = (h, c)`): each element widens.
+        members = tuple((k, widen(o, n)) for (k, o), (_, n) in zip(old.members, new.members))
+    return replace(joined, lo=lo, hi=hi, nonzero=joined.nonzero and (lo > 0 or hi < 0 or old.nonzero),
+                   members=members)
 
 
 __all__ = ["Evidence", "Value", "TOP", "INF", "point", "interval", "join", "widen", "unknown"]
