@@ -172,16 +172,22 @@ def _findings(path, source):
     return sorted((d.code, d.start.row) for d in lint_source(str(path), source, rules).diagnostics)
 
 
+def _package_module(tmp_path, source, name):
+    """`source` written as `pkg/<name>`, a module of a package (callers elsewhere are plausible)."""
+    package = tmp_path / "pkg"
+    package.mkdir(exist_ok=True)
+    (package / "__init__.py").write_text("")
+    module = package / name
+    module.write_text(source)
+    return module
+
+
 def _script_and_package_module(tmp_path, source, name):
     """`source` written as a script (`train.py`, no package) and as `pkg/<name>` (a module of
     a package), with the findings in each."""
     script = tmp_path / "train.py"
     script.write_text(source)
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    module = package / name
-    module.write_text(source)
+    module = _package_module(tmp_path, source, name)
     return script, _findings(script, source), module, _findings(module, source)
 
 
@@ -203,12 +209,8 @@ def test_call_sites_bound_a_helper_only_where_no_outside_caller_is_plausible(tmp
 
 
 def test_a_call_site_fact_is_cited_and_unknown_callers_add_nothing(tmp_path):
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    module = package / "ops.py"
     source = HELPERS + "\n\ndef other(x):\n    return nll(x)\n"
-    module.write_text(source)
+    module = _package_module(tmp_path, source, "ops.py")
     (d,) = [d for d in lint_source(str(module), source, [get_rule("NAN201")]).diagnostics]
     assert "softmax at line 13, passed as `p` at line 13" in d.message
     # A helper only called with values nothing is known about is not reported.
@@ -254,9 +256,6 @@ def test_recursion_and_mutual_recursion_are_cut():
 
 
 def test_in_a_package_a_method_called_only_through_self_trusts_its_callers(tmp_path):
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
     source = (
         "import torch\n\n\n"
         "class Attention(torch.nn.Module):\n"
@@ -265,8 +264,7 @@ def test_in_a_package_a_method_called_only_through_self_trusts_its_callers(tmp_p
         "    def squash(self, s):\n"
         "        return 1.0 / (1.0 + torch.exp(-s))\n"
     )
-    module = package / "attention.py"
-    module.write_text(source)
+    module = _package_module(tmp_path, source, "attention.py")
     assert _findings(module, source) == []
     # Called on an object the file cannot resolve: it may be this method, with anything.
     loose = source + "\n\ndef score(layer, s):\n    return layer.squash(s)\n"
@@ -277,11 +275,7 @@ def test_in_a_package_a_method_called_only_through_self_trusts_its_callers(tmp_p
 def test_probes_take_the_calls_values_even_where_the_rules_may_not(tmp_path):
     """A public function of a package: the rule may not assume its callers are all in the
     file, but the probe's domain is what the file's calls produce."""
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    module = package / "ops.py"
-    module.write_text(HELPERS)
+    module = _package_module(tmp_path, HELPERS, "ops.py")
     (d,) = [d for d in lint_source(str(module), HELPERS, [get_rule("NAN201")]).diagnostics]
     (p,) = [i for i in d.probe.inputs if i.name == "p"]
     assert (p.kind, p.dim, p.domain) == ("simplex", -1, (0.0, 1.0))
@@ -559,11 +553,7 @@ def test_forward_of_module_list_members_trusts_calls_only_while_the_list_stays_i
 def test_the_probe_of_forward_takes_the_domain_its_instances_calls_pass(tmp_path):
     """Probes trust the calls the file shows all of, a public class of a package included:
     the verifier draws `p` from the simplex the only call passes."""
-    package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    module = package / "layers.py"
-    module.write_text(GATED)
+    module = _package_module(tmp_path, GATED, "layers.py")
     (d,) = [d for d in lint_source(str(module), GATED, [get_rule("NAN201")]).diagnostics]
     (p,) = [i for i in d.probe.inputs if i.name == "p"]
     assert (p.kind, p.dim, p.domain) == ("simplex", -1, (0.0, 1.0))

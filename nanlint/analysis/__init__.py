@@ -126,16 +126,16 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     - the function only ever runs where autograd is off (every call the file makes to a
       private helper is under `no_grad`, `callsites.only_without_autograd`);
     - the result is read as a Python number at once (`.item()`, `.tolist()`)."""
+    fa = file_analysis(ctx)
     env, v = _at_node(ctx, expr)
     why = env.nograd or v.nograd
     if why is None:
-        fa = file_analysis(ctx)
         fn = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
         turned_on = any(isinstance(n, cst.With) and any(fa.grad_mode(i.item) for i in n.items) for n in ctx.stack)
         if fn is not None and not turned_on:  # `with torch.enable_grad():` inside it: on again
             why = fa.callsites.only_without_autograd(fn)
     if why is not None:
-        row = file_analysis(ctx).line(why.line)
+        row = fa.line(why.line)
         return f"{why.reason} at line {row}" if row else why.reason
     node = ctx.stack[-1] if ctx.stack else None
     if node is not None and strip_parens(expr) is strip_parens(node) and len(ctx.stack) > 1:

@@ -692,9 +692,7 @@ class FileAnalysis:
         if isinstance(small, cst.Expr):
             return self.run_expression_statement(small.value, env)
         if isinstance(small, cst.Return):
-            value = self.eval(small.value, env) if small.value is not None else TOP
-            if env.nograd is not None and value.nograd is None:
-                value = replace(value, nograd=env.nograd)
+            value = self._in_region(self.eval(small.value, env) if small.value is not None else TOP, env)
             frame.returns = join(frame.returns, value) if frame.returned else value
             frame.returned = True
             return None
@@ -1449,10 +1447,12 @@ class FileAnalysis:
         """`torch.cat([a, b])`, `torch.stack([f(o) for o in obs])`: every element of the
         result is an element of one piece (their join); a simplex along a dim is not kept."""
         pieces = strip_parens(pieces)
-        if isinstance(pieces, (cst.List, cst.Tuple)) and pieces.elements and not any(
-            isinstance(el, cst.StarredElement) for el in pieces.elements
-        ):
-            values = [self.eval(el.value, env, depth - 1) for el in pieces.elements]
+        if isinstance(pieces, (cst.List, cst.Tuple)):
+            # The display's value holds each piece by position (none for a starred one).
+            held = self.eval(pieces, env, depth).members
+            if not held:
+                return TOP
+            values = [v for _, v in held]
         elif isinstance(pieces, (cst.ListComp, cst.GeneratorExp)):
             values = [self._element(pieces, env, depth)]
         else:

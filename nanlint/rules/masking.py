@@ -287,7 +287,7 @@ def _gradient_reaches(ctx: FileContext, sub: cst.BaseExpression, operand: cst.Ba
     gradient, or, for a division, the numerator does (d(a/b)/da = 1/b is inf at b = 0 even
     when `b` is a count without gradient)."""
     op = ctx.op(sub)
-    inputs = op.args[:2] if op is not None and op.name in ("div", "true_divide") else [operand]
+    inputs = op.args[:2] if op is not None and op.name == "div" else [operand]
     return not all(analysis.no_gradient(ctx, a) for a in inputs)
 
 

@@ -1032,22 +1032,21 @@ offered for `sin(x) / x` and `sin(k * x) / x` (also `x.sin() / x`, `torch.div`) 
         if sine is None or analysis.value(ctx, x).excludes_zero or _inside_where_on(ctx, x):
             return
         argument = _sine_of(ctx, sine, x)
-        k = None if ctx.code(argument) == ctx.code(x) else _scale_of(ctx, argument, x)
+        plain = ctx.code(argument) == ctx.code(x)  # `sin(x) / x`, no scale
+        k = None if plain else _scale_of(ctx, argument, x)
         edits: Tuple = ()
         fixed = None
-        if sine is numerator and is_atom(x) and (k is None or is_atom(k)) and (
-                k is not None or ctx.code(argument) == ctx.code(x)):
+        if sine is numerator and is_atom(x) and (plain or (k is not None and is_atom(k))):
             sinc, imports = ctx.spell("torch.sinc")
             pi, more = ctx.spell("torch.pi")
             text = f"{sinc}({ctx.code(argument)} / {pi})"
-            edits = (ctx.replace(node, text if k is None else f"{ctx.code(k)} * {text}"),) + imports + more
-            scale = "" if k is None else f"{_canon(ctx, k, atom=True)} * "
+            edits = (ctx.replace(node, text if plain else f"{ctx.code(k)} * {text}"),) + imports + more
+            scale = "" if plain else f"{_canon(ctx, k, atom=True)} * "
             fixed = cst.parse_expression(f"{scale}torch.sinc({_canon(ctx, argument)} / torch.pi)")
-        if ctx.code(argument) == ctx.code(x):
+        message = None
+        if plain:
             message = ("`sin(x) / x` is 0 / 0 = NaN at x = 0, where its limit is 1 (the gradient is NaN "
                        "there, and wrong near 0 in half precision); use `torch.sinc(x / torch.pi)`")
-        else:
-            message = None
         ctx.report(self, node, message=message, edits=edits,
                    probe=ctx.expression_probe(ctx.canonical(node), fixed))
 
