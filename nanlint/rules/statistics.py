@@ -933,17 +933,6 @@ def _factors(ctx: FileContext, node: cst.BaseExpression, depth: int = 6) -> List
     return [node]
 
 
-def _inside_where_on(ctx: FileContext, x: cst.BaseExpression) -> bool:
-    """The node sits in a `torch.where` whose condition reads `x`'s names: the value at 0 is
-    replaced there, and a NaN left in the gradient is NAN112's finding."""
-    names = conditions.names_read(ctx, x)
-    for parent in reversed(ctx.stack[:-1]):
-        if isinstance(parent, cst.Call) and ctx.qualname(parent.func) == "torch.where" and parent.args:
-            if names & conditions.names_read(ctx, parent.args[0].value):
-                return True
-    return False
-
-
 class SincByHand(Rule):
     code = "NAN124"
     untuned_precision = (
@@ -974,8 +963,9 @@ bfloat16: both sin(3x) and x are tiny there and their ratio's derivative comes o
 so `sin(k x) / x = k * torch.sinc(k x / pi)` holds everywhere, 0 included.
 
 Not reported where the divisor is kept away from 0 (an epsilon, a clamp, `arange(1, n)`), or
-inside a `torch.where` that tests it (its forward value is repaired there; what is left in
-the gradient is NAN112's finding).
+where a condition tests it: an enclosing `if`, an earlier `assert` or early return, or a
+`torch.where` around the quotient (its forward value is repaired there; what is left in the
+gradient is NAN112's finding).
 """
     example = """\
 ```python
@@ -1029,7 +1019,11 @@ offered for `sin(x) / x` and `sin(k * x) / x` (also `x.sin() / x`, `torch.div`) 
             return
         numerator, x = (strip_parens(a) for a in op.args)
         sine = next((f for f in _factors(ctx, numerator) if _sine_of(ctx, f, x) is not None), None)
-        if sine is None or analysis.value(ctx, x).excludes_zero or _inside_where_on(ctx, x):
+        if sine is None or analysis.value(ctx, x).excludes_zero:
+            return
+        if conditions.guarded_by_condition(ctx, conditions.names_read(ctx, x)):
+            # A branch, an assert or an enclosing `torch.where` tests the divisor (what a
+            # `where` leaves in the gradient is NAN112's).
             return
         argument = _sine_of(ctx, sine, x)
         plain = ctx.code(argument) == ctx.code(x)  # `sin(x) / x`, no scale
