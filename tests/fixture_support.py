@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -14,6 +15,13 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?:\s*,\s*NAN\d{3})*)")
 _VERDICTS = ("confirmed", "not-reproduced", "fix-failed", "not-verifiable")
 _VERIFY = re.compile(r"#\s*verify:\s*(?P<verdicts>[a-z-]+(?:\s*,\s*[a-z-]+)*)")
+
+
+def checkout_env() -> Dict[str, str]:
+    """The environment for a `python -m nanlint` subprocess: this checkout first on PYTHONPATH,
+    after it whatever PYTHONPATH already held (where the dependencies may live)."""
+    paths = [str(FIXTURES.parent), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
 
 
 def fixture_files() -> List[Path]:

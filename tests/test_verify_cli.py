@@ -4,15 +4,20 @@ codes, errors, progress, and the HTML report."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from nanlint.cli import main
+
+from fixture_support import checkout_env
+
+# `--device auto` (the default these tests run with) picks CUDA on a GPU box.
+AUTO_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 ROOT = Path(__file__).resolve().parent.parent
 HAZARD = (
@@ -53,8 +58,8 @@ def test_text_output_one_line_per_finding_and_a_summary(project, capsys):
     assert code == 0
     lines = out.strip().splitlines()
     assert lines[0].startswith("model.py:10:16: NAN101 possible: NaN gradient w.r.t. ")
-    assert "in float16 on cpu" in lines[0] and "self.k=50" in lines[0]
-    assert re.match(r"^Verified \d+ findings? on cpu \(torch .*\) in [\d.]+ s: 0 confirmed, \d+ possible \(found only "
+    assert f"in float16 on {AUTO_DEVICE}" in lines[0] and "self.k=50" in lines[0]
+    assert re.match(rf"^Verified \d+ findings? on {AUTO_DEVICE} \(torch .*\) in [\d.]+ s: 0 confirmed, \d+ possible \(found only "
                     r"with inputs the analysis could not bound\), 0 not reproduced, 0 fix failed\.$",
                     lines[-1]), lines[-1]
     assert len(lines) == 1 + sum(1 for line in lines if re.match(r"^model\.py:\d+:\d+: NAN\d{3} ", line))
@@ -70,7 +75,7 @@ def test_json_output_has_everything(project, capsys):
     code, out, _ = run(["verify", "model.py", "--output-format", "json"], capsys)
     assert code == 0
     data = json.loads(out)
-    assert data["device"] == "cpu" and data["torch"]
+    assert data["device"] == AUTO_DEVICE and data["torch"]
     assert data["summary"]["possible"] == len(data["findings"]) >= 1
     first = data["findings"][0]
     assert first["code"] == "NAN101" and first["probe"]["kind"] == "expression"
@@ -312,7 +317,7 @@ def test_report_plot_marks_the_nan_region():
 
 
 def test_real_entry_point(project):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = checkout_env()
     out = subprocess.run([sys.executable, "-m", "nanlint", "verify", "model.py"], capture_output=True,
                          text=True, cwd=project, env=env)
     assert out.returncode == 0, out.stderr

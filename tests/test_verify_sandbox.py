@@ -3,7 +3,6 @@ that the linter path never imports torch."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,8 @@ import pytest
 
 from nanlint.diagnostics import Probe, ProbeInput
 from nanlint.verify.sandbox import EvaluationError, Interpreter, Refused, check_expression
+
+from fixture_support import checkout_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -173,14 +174,14 @@ def _run_without_torch(args, cwd):
         "from nanlint.cli import main\n"
         f"main({args!r})\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = checkout_env()
     return subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, cwd=cwd, env=env)
 
 
 def test_importing_the_cli_does_not_import_torch():
     code = "import sys, nanlint.cli, nanlint.verify, nanlint.verify.command, nanlint.verify.findings; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                         env=checkout_env())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
