@@ -581,7 +581,8 @@ class MaskedFillOverflow(Rule):
     name = "masked-fill-overflow"
     message = (
         "Fill value beyond float16's range (±65504) on a tensor that may be float16: "
-        "`masked_fill` raises a RuntimeError, `torch.where` gives -inf; use `torch.finfo(x.dtype).min`"
+        "`masked_fill` raises a RuntimeError, `torch.where` gives -inf on the CPU and raises on CUDA; "
+        "use `torch.finfo(x.dtype).min`"
     )
     fix_applicability = UNSAFE
     fix_title = "Fill with `torch.finfo(x.dtype).min`"
@@ -592,8 +593,9 @@ Attention code masks scores with a large negative number before a softmax. float
 at most ±65504, so `-1e9`, `-1e10`, `-1e30` or even `-1e5` do not fit:
 `scores.masked_fill(mask, -1e9)` on a float16 tensor raises
 `RuntimeError: value cannot be converted to type c10::Half without overflow`, and
-`torch.where(mask, scores, -1e9)`, `scores[mask] = -1e9` or `torch.tensor(-1e9).half()`
-silently give -inf, after which a row whose every entry is masked is NaN after softmax
+on the CPU `torch.where(mask, scores, -1e9)`, `scores[mask] = -1e9` or
+`torch.tensor(-1e9).half()` silently give -inf (on CUDA `torch.where` raises the same
+error as `masked_fill`), after which a row whose every entry is masked is NaN after softmax
 (see NAN204). `torch.finfo(scores.dtype).min` (-65504 in float16, -3.4e38 in float32) is the
 most negative number the tensor can hold, whatever its dtype.
 
@@ -637,6 +639,10 @@ torch 2.13 CPU, `x = torch.zeros(2, 3, dtype=torch.float16)`, one row fully mask
 | -65519, -65520, -1e5, -1e9, -1e30 | RuntimeError (also `masked_fill_`) | -inf | NaN |
 | -1e9 in float32 or bfloat16 | fits | fits | uniform |
 | `q @ k.T` in CPU autocast(float16), then `masked_fill(m, -1e9)` | RuntimeError | | |
+
+torch 2.11 on an NVIDIA H100, a float16 CUDA tensor: `masked_fill(m, -1e9)`,
+`torch.where(m, x, -1e9)` and `torch.where(m, x, -1e30)` all raise the RuntimeError;
+`masked_fill(m, float("-inf"))` fits (it gives -inf).
 """
     fix_notes = """\
 Unsafe: `torch.finfo(x.dtype).min` is -3.4e38 in float32 where -1e9 was written, so values
@@ -689,7 +695,9 @@ the finding has no fix. A positive fill beyond 65504 becomes `torch.finfo(x.dtyp
             fix_text, imports = _finfo_text(ctx, witness, attr)
             edits = (ctx.replace(literal, fix_text),) + imports
             replacement = _finfo_canonical(ctx, witness, attr)
-        what = "raises a RuntimeError" if full != "torch.where" else "gives -inf" if big < 0 else "gives inf"
+        # Measured on an H100 (torch 2.11): CUDA's `torch.where` refuses the scalar too.
+        what = ("raises a RuntimeError" if full != "torch.where"
+                else f"gives {'-inf' if big < 0 else 'inf'} on the CPU and raises a RuntimeError on CUDA")
         message = (
             f"Fill value `{node_code(literal)}` is beyond float16's range (±65504) and {reason}: "
             f"the fill {what}; use `torch.finfo(x.dtype).{attr}` (x the filled tensor)"

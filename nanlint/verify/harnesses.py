@@ -468,7 +468,7 @@ def cross_entropy_half(params: Mapping[str, Any], device: str) -> Verification:
     fw = _harness_witness(f"loss {fmt_number(_summary(fix_loss))} vs float64 {fmt_number(_summary(ref))} "
                           "with logits.float()", device, which="fix")
     not_text = (f"loss and gradient stayed finite for {setting} up to magnitude {fmt_number(ladder[-1])}"
-                + (" (autocast already computes cross_entropy in float32)" if in_autocast else ""))
+                + (f" (autocast computed cross_entropy in float32 on {device})" if in_autocast else ""))
     if shared_from is not None:
         not_text = (f"the loss is NaN/Inf in {setting} only from magnitude {fmt_number(shared_from)}, where "
                     "float32 overflows too: logits.float() cannot help there")
