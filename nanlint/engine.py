@@ -153,6 +153,9 @@ class _Walker:
                     self.visits.setdefault(attr[6:], []).append(getattr(rule, attr))
                 elif attr.startswith("leave_"):
                     self.leaves.setdefault(attr[6:], []).append(getattr(rule, attr))
+                elif attr == "check_expression":
+                    for kind in rule.expression_kinds:
+                        self.visits.setdefault(kind, []).append(rule.check_expression)
 
     def _call(self, handlers: List[Callable], node: cst.CSTNode) -> None:
         for handler in handlers:

@@ -13,9 +13,15 @@ class Rule:
 
     The engine walks each file once and calls `visit_<NodeType>(node, ctx)` /
     `leave_<NodeType>(node, ctx)` on every rule that defines them; a hook reports with
-    `ctx.report(self, node, ...)`. The documentation fields are rendered into the rule's
-    page (`nanlint rule CODE`, rules/CODE.md).
+    `ctx.report(self, node, ...)`. A rule that matches an operation however it is spelled
+    (`a / b` or `torch.div(a, b)`, `-x` or `torch.neg(x)`) defines one
+    `check_expression(node, ctx)` instead, called on every node of `expression_kinds`.
+    The documentation fields are rendered into the rule's page (`nanlint rule CODE`,
+    rules/CODE.md).
     """
+
+    # The node types `check_expression` is called on (an operator or a call spells most ops).
+    expression_kinds: ClassVar[Tuple[str, ...]] = ("BinaryOperation", "Call")
 
     code: ClassVar[str]
     name: ClassVar[str]
@@ -51,7 +57,7 @@ class Rule:
         are rules without hooks)."""
         known = cls.__dict__.get("_has_hooks")
         if known is None:
-            known = any(a.startswith(("visit_", "leave_")) for a in dir(cls))
+            known = any(a.startswith(("visit_", "leave_")) or a == "check_expression" for a in dir(cls))
             cls._has_hooks = known
         return known
 

@@ -390,19 +390,12 @@ pattern is left to this rule (NAN201 does not report it again).
         "https://pytorch.org/docs/stable/generated/torch.nn.BCEWithLogitsLoss.html",
     )
 
+    expression_kinds = ("BinaryOperation", "UnaryOperation", "Call")
+
     def __init__(self) -> None:
         self._covered: Set[int] = set()
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_UnaryOperation(self, node: cst.UnaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         if id(node) in self._covered:
             return
         # Peel negations and reductions around the core, outermost first.

@@ -210,13 +210,7 @@ the ReLU/clamp backward would otherwise receive.
         "https://pytorch.org/docs/stable/generated/torch.xlogy.html",
     )
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         p = _x_log_x(ctx, node)
         if p is None:
             return
@@ -380,13 +374,7 @@ the product itself must be written in one expression.
 """
     references = ("https://pytorch.org/docs/stable/generated/torch.xlogy.html",)
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         terms = _kl_terms(ctx, node)
         if terms is None:
             return
@@ -553,13 +541,7 @@ without a fix.
 """
     references = ("https://pytorch.org/docs/stable/generated/torch.logit.html",)
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         p = _logit_operand(ctx, node)
         if p is None:
             return
@@ -697,13 +679,9 @@ gets the finding without a fix.
         "https://pytorch.org/docs/stable/generated/torch.nn.functional.gumbel_softmax.html",
     )
 
-    def visit_UnaryOperation(self, node: cst.UnaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
+    expression_kinds = ("UnaryOperation", "Call")
 
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         inner = _negated_log(ctx, node)
         u = _negated_log(ctx, inner) if inner is not None else None
         if u is None or not _uniform_source(ctx, u):

@@ -126,12 +126,6 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
         "https://github.com/MhLiao/DB (the DBNet step function)",
     )
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
     def _match(
         self, node: cst.BaseExpression, ctx: FileContext
     ) -> Optional[Tuple[cst.BaseExpression, bool]]:
@@ -240,7 +234,7 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
                    probe=ctx.expression_probe(ctx.canonical(node), fixed))
         return True
 
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         if self._check_derivative(node, ctx):
             return
         match = self._match(node, ctx)

@@ -781,13 +781,7 @@ Python numbers, and constants. An `exp` kept in a local variable is reported wit
         "https://pytorch.org/docs/stable/special.html#torch.special.expm1",
     )
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         op = ctx.op(node)
         if op is None or len(op.args) != 2 or op.kwargs:
             return
@@ -1040,13 +1034,7 @@ whose `exp` or sum is kept in a local variable. Not reported: the stabilized
         "IMA Journal of Numerical Analysis 41(4), 2021",
     )
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         op = ctx.op(node)
         if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
             return

@@ -210,13 +210,7 @@ NaN there (see the table); this rule stays silent on it, as on any guard."""
         "https://github.com/pytorch/pytorch/issues/2421",
     )
 
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         op = ctx.op(node)
         if op is None or op.kwargs:
             return
@@ -372,13 +366,7 @@ scale of the values and changes them slightly."""
         "https://pytorch.org/docs/stable/generated/torch.clamp.html",
     )
 
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         inner = _sqrt_argument(ctx, node)
         if inner is None:
             return
@@ -611,13 +599,7 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
         "https://pytorch.org/docs/stable/generated/torch.linalg.vector_norm.html",
     )
 
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         op = ctx.op(node)
         if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
             return

@@ -250,13 +250,7 @@ larger epsilon where the data's scale calls for it.
         "https://pytorch.org/docs/stable/generated/torch.std.html",
     )
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         op = op_of(ctx, node)
         if op is None or op.kwargs:
             return
@@ -428,13 +422,7 @@ no fix.
         "https://en.wikipedia.org/wiki/Algorithms_for_calculating_variance",
     )
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         found = _cancellation(ctx, node)
         if found is None or self._clamped(node, ctx):
             return
@@ -1007,13 +995,7 @@ offered for `sin(x) / x` and `sin(k * x) / x` (also `x.sin() / x`, `torch.div`) 
         "https://en.wikipedia.org/wiki/Sinc_function",
     )
 
-    def visit_BinaryOperation(self, node: cst.BinaryOperation, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        self._check(node, ctx)
-
-    def _check(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         op = op_of(ctx, node)
         if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
             return
