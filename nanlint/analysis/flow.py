@@ -81,6 +81,10 @@ _PYTHON_NUMBERS = {"len", "int", "float", "round", "bool", "range"}
 _ARRAY_LIBRARIES = {"numpy", "scipy"}
 # Reductions whose result is at least every entry along their dim: `x - max(x)` is <= 0.
 _SHIFTS = {"max", "amax", "logsumexp"}
+# Euclidean norms (`p=2`, the default): `x / <norm of x>` is a unit vector.
+_NORMS = {"norm", "linalg_norm", "vector_norm"}
+# Calls that compute dot products (products of two tensors summed along a dim).
+_DOT_CALLS = {"torch.einsum", "torch.dot", "torch.inner", "torch.vdot", "torch.linalg.vecdot"}
 _DIM_OPS = {"softmax", "sum", "max"}
 _EPS_WORDS = ("eps", "epsilon", "tiny")
 
@@ -146,6 +150,13 @@ def _undetached(node: cst.BaseExpression) -> cst.BaseExpression:
             node = strip_parens(node.func.value)
         else:
             return node
+
+
+def _euclidean(op) -> bool:
+    """A norm op whose order is 2, written or by default (`x.norm(dim=-1)`, `torch.norm(x, 2, -1)`,
+    `vector_norm(x, ord=2)`; every norm takes its order second)."""
+    order = op.kwargs.get("p", op.kwargs.get("ord", op.args[1] if len(op.args) > 1 else None))
+    return order is None or number_value(strip_parens(order)) == 2
 
 
 def _code(ctx, node: cst.CSTNode) -> str:
@@ -372,8 +383,8 @@ class FileAnalysis:
         env = self._entry_env(fn, cls)
         frame = _Frame(cls)
         self.run_block(fn.body.body if isinstance(fn.body, cst.IndentedBlock) else fn.body.body, env, frame)
-        # What a `max_of` names is the callee's own variable: meaningless to a caller.
-        self.returns[key] = replace(frame.returns, max_of=None) if frame.returned else TOP
+        # What `max_of` and `norm_of` name is the callee's own variable: meaningless to a caller.
+        self.returns[key] = replace(frame.returns, max_of=None, norm_of=None) if frame.returned else TOP
         self._done.add(key)
 
     def ensure_seeded(self, fn: cst.FunctionDef) -> None:
@@ -813,7 +824,7 @@ class FileAnalysis:
         if isinstance(index, cst.Comparison) and len(index.comparisons) == 1:
             cmp = index.comparisons[0]
             op = _CMP.get(type(cmp.operator))
-            left, right = _code(self.ctx, index.left), _code(self.ctx, cmp.comparator)
+            left = _code(self.ctx, index.left)
             bound = self.eval(cmp.comparator, env)
             if left == tcode and op is not None and bound.lo == bound.hi:
                 c = bound.lo
@@ -826,7 +837,6 @@ class FileAnalysis:
                                        evidence=(current.evidence + (Evidence(line, "zeros replaced"),))[-4:])
                     return replace(current, lo=max(current.lo, min(c, fill.lo)), nonzero=True, zero=None,
                                    evidence=(current.evidence + (Evidence(line, "small values replaced"),))[-4:])
-            del right
         return join(current, fill) or TOP
 
     def _masked_update(self, target, index, current: Value, fill: Value, env: Env, line: int) -> Value:
@@ -1221,7 +1231,23 @@ class FileAnalysis:
         out = transfer.apply(op.name, args, kw, codes, self.token(node))
         if op.name in _SHIFTS and op.args:
             return replace(out or TOP, max_of=_code(self.ctx, _undetached(op.args[0])))
+        if op.name in _NORMS and op.args and _euclidean(op):
+            return replace(out or TOP, norm_of=_code(self.ctx, _undetached(op.args[0])))
+        if op.name == "div" and len(args) == 2 and args[1].norm_of is not None:
+            return self._over_norm(out or TOP, args, op.args[0], self.token(node))
         return out or TOP
+
+    def _over_norm(self, out: Value, args: List[Value], numerator: cst.BaseExpression, line: int) -> Value:
+        """A division by a norm: a dot product (or a cosine) over norms is a cosine (the
+        division says the author means one), `x / <norm of x>` a unit vector."""
+        a, b = args
+        if a.dot or a.cosine:
+            return replace(out, lo=-1.0, hi=1.0, cosine=True, dot=False).with_evidence(
+                line, "a dot product divided by norms")
+        if b.norm_of == _code(self.ctx, _undetached(numerator)):
+            return replace(out, lo=-1.0, hi=1.0, unit=True).with_evidence(
+                line, f"`{b.norm_of}` divided by its norm")
+        return out
 
     def _eval_call(self, node: cst.Call, env: Env, depth: int) -> Value:
         ctx = self.ctx
@@ -1238,6 +1264,8 @@ class FileAnalysis:
         if full is not None and full.split(".")[0] in _ARRAY_LIBRARIES:
             # NumPy and SciPy compute outside autograd: no gradient reaches their results.
             return Value(nograd=Evidence(line, f"a NumPy array (`{_code(ctx, func)}(...)`)"))
+        if full in _DOT_CALLS:
+            return Value(dot=True)
         if full is not None:
             return self._eval_torch(full, node, positional, keywords, env, depth, line)
         if isinstance(func, cst.Name):

@@ -31,7 +31,7 @@ import libcst as cst
 from .values import TOP, Evidence, Value, unknown
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
-FORMAT = 3
+FORMAT = 4
 PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
 
 # Larger imported files are not summarized (the default `max-file-size`: a file that large is

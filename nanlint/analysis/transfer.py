@@ -111,8 +111,13 @@ def mul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     return Value(lo=lo, hi=hi, nonzero=a.excludes_zero and b.excludes_zero,
                  zero=zero if not (a.excludes_zero and b.excludes_zero) else None,
                  dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
-                 integer=a.integer and b.integer,
+                 integer=a.integer and b.integer, dot=_tensor(a) and _tensor(b),
                  evidence=(a.evidence + b.evidence)[-4:])
+
+
+def _tensor(v: Value) -> bool:
+    """Not a constant (a product with a constant scales; it is no dot product)."""
+    return v.lo != v.hi
 
 
 def div(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
@@ -237,7 +242,7 @@ def reduce_sum(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     lo = 0.0 if a.lo >= 0 else -INF
     return Value(lo=lo, hi=INF if a.hi > 0 else 0.0, nonzero=a.positive, zero=None,
                  count=a.count, integer=a.integer, dtype=a.dtype, trainable=a.trainable,
-                 learned=a.learned, evidence=a.evidence)
+                 learned=a.learned, dot=a.dot, evidence=a.evidence)
 
 
 def reduce_mean(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
@@ -281,8 +286,8 @@ def matmul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     if not unit and (a.learned or b.learned):
         # `x @ self.weight`: the output of a linear layer.
         return Value(learned=True, dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
-                     evidence=(a.evidence + b.evidence)[-4:])
-    return Value(lo=-1.0 if unit else -INF, hi=1.0 if unit else INF, cosine=unit,
+                     dot=True, evidence=(a.evidence + b.evidence)[-4:])
+    return Value(lo=-1.0 if unit else -INF, hi=1.0 if unit else INF, cosine=unit, dot=not unit,
                  dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
                  evidence=(a.evidence + b.evidence)[-4:] if unit else ())
 
@@ -411,7 +416,26 @@ def apply(name: str, args: Args, kw: Kw, codes: Codes, line: int) -> Optional[Va
     out = transfer(args, kw, codes, line)
     if out.max_of is not None and transfer not in (passthrough, copy):
         out = replace(out, max_of=None)  # only indexing and copies keep "the maximum of x"
+    norm_of = _norm_kept(name, transfer, args, kw)
+    if out.norm_of != norm_of:
+        out = replace(out, norm_of=norm_of)
     return gradient(out, name, args, kw, line)
+
+
+def _norm_kept(name: str, transfer: Transfer, args: Args, kw: Kw) -> Optional[str]:
+    """What is still a norm after this op (`Value.norm_of`): a view or copy of one, one plus a
+    nonnegative constant or clamped from below (guarded against 0), a product of two."""
+    if not args:
+        return None
+    a = args[0]
+    if transfer in (passthrough, copy) or (name in ("clamp", "clamp_min") and "max" not in kw and len(args) < 3):
+        return a.norm_of
+    if name == "add" and len(args) == 2:
+        norm, other = (a, args[1]) if a.norm_of is not None else (args[1], a)
+        return norm.norm_of if other.lo == other.hi and other.lo >= 0 else None
+    if name == "mul" and len(args) == 2 and a.norm_of is not None and args[1].norm_of is not None:
+        return "a product of norms"
+    return None
 
 
 def joined(values: List[Value]) -> Value:

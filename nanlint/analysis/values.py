@@ -60,6 +60,13 @@ class Value:
     # The tensor (as written) this is the maximum or the logsumexp of, along some dim or
     # all of it: `x - <this>` is <= 0 (the max-shift before an `exp`).
     max_of: Optional[str] = None
+    # The tensor (as written) this is the Euclidean norm of, also plus a nonnegative constant or
+    # clamped from below (`x.norm(dim=-1) + eps`), or "a product of norms": `x / <this>` is a
+    # unit vector, and a dot product divided by it is a cosine.
+    norm_of: Optional[str] = None
+    # A product of two tensors, or its sum along a dim (`(a * b).sum(-1)`, `a @ b.T`,
+    # `torch.einsum(...)`): divided by norms, a cosine.
+    dot: bool = False
     # Moved by training (requires_grad, nn.Parameter, given to an optimizer).
     trainable: bool = False
     # Why no gradient flows back through this value, or None (it may): a constant, a
@@ -140,6 +147,8 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         learned=a.learned and b.learned,
         dtype=a.dtype if a.dtype == b.dtype else (a.dtype or b.dtype if "float16" in (a.dtype, b.dtype) else None),
         max_of=a.max_of if a.max_of == b.max_of else None,
+        norm_of=a.norm_of if a.norm_of == b.norm_of else None,
+        dot=a.dot and b.dot,
         trainable=a.trainable or b.trainable,
         nograd=a.nograd if a.nograd and b.nograd else None,
         module_out=_joined_module(a, b),

@@ -15,13 +15,12 @@ import libcst as cst
 from .. import analysis
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
-from ..ranges import is_guarded, pass_through
+from ..ranges import is_guarded
 from .base import SAFE, UNSAFE, Rule
 from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
 from .log_eps import handled_afterwards
 
 Env = Optional[Dict]
-
 
 
 def op_of(ctx: FileContext, node: Optional[cst.CSTNode]) -> Optional[Op]:
@@ -641,112 +640,6 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
 # ---------------------------------------------------------------------- NAN111
 
 
-def _normalized(ctx: FileContext, node: cst.BaseExpression, env: Env, depth: int = 6) -> bool:
-    """True where `node` is an output of `F.normalize` or `x / x.norm(...)` (also indexed,
-    transposed, cast, detached)."""
-    for _ in range(depth):
-        node, env, _ = _follow(ctx, strip_parens(node), env, False)
-        op = op_of(ctx, node)
-        if op is not None:
-            if op.name == "normalize":
-                return True
-            if op.name == "div" and len(op.args) == 2:
-                norm = _find(ctx, op.args[1], ("norm", "linalg_norm", "vector_norm"), env)
-                if norm is not None and norm.op.args and _key(ctx, op.args[0], env) == _key(ctx, norm.op.args[0], norm.env):
-                    return True
-                # (x / x.norm(...)) guarded by + eps / clamp is still a unit vector (<= 1).
-                inner = _find(ctx, op.args[1], ("add", "clamp", "clamp_min"), env)
-                if inner is not None and inner.op.args:
-                    norm = _find(ctx, inner.op.args[0], ("norm", "linalg_norm", "vector_norm"), inner.env)
-                    if norm is not None and norm.op.args and _key(ctx, op.args[0], env) == _key(ctx, norm.op.args[0], norm.env):
-                        return True
-            if op.name not in ("normalize", "div"):
-                inner_node = pass_through(ctx, node)
-                if inner_node is None:
-                    return False
-                node = inner_node
-                continue
-            return False
-        inner_node = pass_through(ctx, node)
-        if inner_node is None:
-            return False
-        node = inner_node
-    return False
-
-
-_NORMS = ("norm", "linalg_norm", "vector_norm")
-_DOTS = {"torch.einsum", "torch.dot", "torch.inner", "torch.vdot", "torch.linalg.vecdot"}
-
-
-def _norm_like(ctx: FileContext, node: cst.BaseExpression, env: Env, depth: int = 4) -> bool:
-    """A norm (`x.norm(dim=-1)`, indexed or reshaped) or a product of norms."""
-    for _ in range(depth):
-        node, env, _ = _follow(ctx, strip_parens(node), env, False)
-        op = op_of(ctx, node)
-        if op is not None and op.name in _NORMS:
-            return True
-        if op is not None and op.name == "mul" and len(op.args) == 2 and not op.kwargs:
-            return all(_norm_like(ctx, a, env, depth - 1) for a in op.args)
-        inner = pass_through(ctx, node)
-        if inner is None:
-            return False
-        node = inner
-    return False
-
-
-def _dot_like(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
-    """A dot product: `(a * b).sum(d)`, `a @ b`, `torch.einsum(...)`, `torch.dot(a, b)`."""
-    node, env, _ = _follow(ctx, strip_parens(node), env, False)
-    op = op_of(ctx, node)
-    if op is not None and op.name == "matmul":
-        return True
-    if op is not None and op.name == "sum" and op.args:
-        product, _, _ = _follow(ctx, strip_parens(op.args[0]), env, False)
-        inner = ctx.op(product)
-        return inner is not None and inner.name == "mul" and len(inner.args) == 2
-    return isinstance(node, cst.Call) and ctx.qualname(node.func) in _DOTS
-
-
-def _dot_over_norms(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
-    """`dot(a, b) / (|a| * |b|)`, `dot / |a| / |b|`, `dot(a, u) / |a|` (u a unit vector, or
-    not: the division by a norm says the author means a cosine)."""
-    op = ctx.op(node)
-    if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
-        return False
-    if not _norm_like(ctx, op.args[1], env):
-        return False
-    top, top_env, _ = _follow(ctx, strip_parens(op.args[0]), env, False)
-    return _dot_like(ctx, top, top_env) or _dot_over_norms(ctx, strip_parens(top), top_env)
-
-
-def cosine_source(ctx: FileContext, node: cst.BaseExpression, env: Env = None) -> Optional[str]:
-    """What makes `node` evidently a cosine: "cosine_similarity", "dot product of normalized
-    vectors", or None."""
-    node, env, _ = _follow(ctx, strip_parens(node), env, False)
-    for _ in range(4):
-        op = op_of(ctx, node)
-        if op is not None and op.name == "cosine_similarity":
-            return "a `cosine_similarity`"
-        if _dot_over_norms(ctx, node, env):
-            return "a dot product divided by norms"
-        if op is not None and op.name == "matmul" and len(op.args) == 2:
-            if all(_normalized(ctx, a, env) for a in op.args):
-                return "a product of normalized vectors"
-            return None
-        if op is not None and op.name == "sum" and op.args and not set(op.kwargs) - {"dim", "axis", "keepdim"}:
-            product, penv, _ = _follow(ctx, strip_parens(op.args[0]), env, False)
-            prod = ctx.op(product)
-            if prod is not None and prod.name == "mul" and len(prod.args) == 2 and not prod.kwargs:
-                if all(_normalized(ctx, a, penv) for a in prod.args):
-                    return "a dot product of normalized vectors"
-            return None
-        inner = pass_through(ctx, node)
-        if inner is None:
-            return None
-        node, env, _ = _follow(ctx, strip_parens(inner), env, False)
-    return None
-
-
 class AcosWithoutClamp(Rule):
     code = "NAN111"
     fails_in = 'all (gradient at ±1; forward when rounding passes 1)'
@@ -846,12 +739,10 @@ Where the exact 0 angle matters, use the atan2 form."""
         if op is None or op.name not in ("acos", "asin") or len(op.args) != 1 or op.kwargs:
             return
         arg = op.args[0]
-        source = cosine_source(ctx, arg)
-        if source is None:
-            flow = analysis.value(ctx, arg)
-            if not flow.cosine:
-                return
-            source = f"a dot product of unit vectors ({analysis.cite(ctx, flow)})"
+        flow = analysis.value(ctx, arg)
+        if not flow.cosine:
+            return
+        source = f"a cosine ({analysis.cite(ctx, flow)})"
         spelled = op.name if op.style == "method" else node_code(node.func)
         message = f"`{spelled}` of {source} with no clamp: " + self.message.split(": ", 1)[1]
         witness = self._witness(ctx, arg)
