@@ -620,8 +620,14 @@ class BCEOnSigmoid(Rule):
 the log-sum-exp trick: finite loss, gradient `sigmoid(z) - y`, safe under autocast (run in
 float32). It also takes `pos_weight`, which `binary_cross_entropy` does not have.
 
-Inside `torch.no_grad()` / `torch.inference_mode()` (validation losses) it is not reported:
-the hazards are the gradient's.
+The sigmoid may be made out of sight: in a helper or a method that returns it, or at the
+end of a model class's `forward` (a GAN discriminator whose `nn.Sequential` closes with
+`nn.Sigmoid()`, trained with a module-level `nn.BCELoss()`); the message then cites where.
+Such findings carry no fix (the sigmoid is not on the reported line).
+
+Inside `torch.no_grad()` / `torch.inference_mode()` (validation losses), or where the
+probabilities carry no gradient (`.detach()`), it is not reported: the hazards are the
+gradient's.
 """
     example = """\
 ```python
@@ -763,21 +769,28 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
         x = node.args[input_index].value
         leaf = self._sigmoid_leaf(ctx, x)
         model = None if leaf is not None else self._model_with_sigmoid(ctx, x)
+        made_elsewhere = None
         if leaf is None and model is None:
-            return
+            # A sigmoid made out of sight: a model class whose forward ends in one, a helper.
+            flow = analysis.value(ctx, x)
+            if flow.prob != "sigmoid" or flow.nograd is not None:
+                return
+            made_elsewhere = analysis.cite(ctx, flow)
         raises = "it raises inside CUDA autocast"
         region = ctx.precision.in_autocast if ctx.precision is not None else None
         if region is not None and region.device == "cuda":
             raises = "it raises here, inside CUDA autocast"
         other_args = [a for i, a in enumerate(node.args) if i != input_index]
         probe = self._probe(ctx, x, leaf, other_args, ctor)
-        if model is not None:
+        if model is not None or made_elsewhere is not None:
             loss = "nn.BCELoss" if kind != "functional" else "binary_cross_entropy"
+            what = (f"the output of `{model}`, which ends in `nn.Sigmoid()`" if model is not None
+                    else f"a sigmoid output ({made_elsewhere})")
             ctx.report(
                 self,
                 node,
                 message=(
-                    f"`{loss}` on the output of `{model}`, which ends in `nn.Sigmoid()`: log(p) "
+                    f"`{loss}` on {what}: log(p) "
                     "is clamped at -100, so confidently wrong outputs get a vanishing gradient "
                     f"(float32) or a NaN one (float16), and {raises}; drop the final Sigmoid and "
                     "use `nn.BCEWithLogitsLoss` (`F.binary_cross_entropy_with_logits`)"
@@ -844,7 +857,10 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
     def _probe(self, ctx: FileContext, x, leaf, other_args: List[cst.Arg], ctor: Optional[cst.Call]):
         """Both losses in functional form with full torch names. For a model ending in
         Sigmoid, `logits` stands for the model's output before the Sigmoid."""
-        rest = [_arg_code(a.with_changes(value=ctx.canonical(a.value))) for a in other_args]
+        # Targets and weights stay free inputs (a local name is not inlined): what they were
+        # built from (`torch.ones(imgs.size(0), 1)`) says nothing about the hazard, and its
+        # shape need not match the probe's.
+        rest = [_arg_code(a.with_changes(value=ctx.canonical(a.value, inline=False))) for a in other_args]
         if ctor is not None:
             rest += [_arg_code(a.with_changes(value=ctx.canonical(a.value))) for a in ctor.args]
         target = next((a.value for a in other_args if a.keyword is None), None)
