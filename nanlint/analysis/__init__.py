@@ -30,7 +30,7 @@ from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput
 from .flow import Env, FileAnalysis
 from . import transfer
-from .values import TOP, Evidence, Value, join
+from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join
 from .batches import single_sample_batch
 
 __all__ = [
@@ -111,6 +111,16 @@ def clamped_to_zero(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]
     if v.excludes_zero or v.zero != "clamp(min=0)":
         return None
     return cite(ctx, v) or "clamp(min=0)"
+
+
+def uniform_sample(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """Evidence that `expr` is a uniform sample on [0, 1) that can be exactly 0 (`torch.rand`,
+    `rand_like`, `uniform_()`, through names and helpers), not clamped or shifted off 0 since.
+    None otherwise."""
+    v = value(ctx, expr)
+    if v.excludes_zero or v.zero not in (RAND_ZERO, UNIFORM_ZERO) or v.lo < 0 or v.hi > 1:
+        return None
+    return cite(ctx, v) or v.zero
 
 
 def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:

@@ -37,7 +37,7 @@ import libcst as cst
 from ..context import dotted_name, strip_parens as _strip
 from ..ops import match_op, number_value, split_args
 from . import imports, transfer
-from .values import INF, TOP, Evidence, Value, cited, interval, join, point, unknown, widen
+from .values import INF, TOP, UNIFORM_ZERO, Evidence, Value, cited, interval, join, point, unknown, widen
 
 Rel = Tuple[str, str, str]
 
@@ -150,6 +150,24 @@ def _undetached(node: cst.BaseExpression) -> cst.BaseExpression:
             node = strip_parens(node.func.value)
         else:
             return node
+
+
+# `torch.finfo(dtype).<attr>`: (lo, hi) over the float dtypes (float16 up to float64).
+_FINFO_RANGES = {
+    "tiny": (2.2e-308, 6.2e-5), "smallest_normal": (2.2e-308, 6.2e-5),
+    "eps": (2.2e-16, 7.9e-3), "resolution": (1e-15, 0.01),
+    "max": (65504.0, INF), "min": (-INF, -65504.0),
+}
+
+
+def _finfo_attribute(ctx, node: cst.Attribute) -> Optional[Value]:
+    """The value of `torch.finfo(...).tiny` / `.eps` / `.max` / `.min` (numpy's too): a constant
+    whose sign and size are known whatever the dtype."""
+    call = strip_parens(node.value)
+    bounds = _FINFO_RANGES.get(node.attr.value)
+    if bounds is None or not isinstance(call, cst.Call) or ctx.qualname(call.func) not in ("torch.finfo", "numpy.finfo"):
+        return None
+    return interval(*bounds, nograd=Evidence(0, f"`finfo.{node.attr.value}`"))
 
 
 def _euclidean(op) -> bool:
@@ -756,7 +774,7 @@ class FileAnalysis:
             hi = self.eval(positional[1], env) if len(positional) > 1 else point(1.0)
             new = interval(lo.lo, hi.hi, dtype=current.dtype).with_evidence(line, "`uniform_` bounds")
             if new.lo <= 0:
-                new = replace(new, zero="uniform_ from 0")
+                new = replace(new, zero=UNIFORM_ZERO)
         elif method == "masked_fill_" and len(positional) == 2:
             fill = self.eval(positional[1], env)
             new = self._masked_update(target, positional[0], current, fill, env, line)
@@ -1127,6 +1145,9 @@ class FileAnalysis:
                 inner = self.eval(node.value, env, depth - 1)
                 out = transfer.passthrough([inner], {}, {}, 0)
                 return transfer.gradient(out, node.attr.value, [inner], {}, self.token(node))
+            finfo = _finfo_attribute(self.ctx, node)
+            if finfo is not None:
+                return finfo
             if node.attr.value in ("grad", "shape", "ndim", "dtype", "device") and self.ctx.qualname(node) is None:
                 # A gradient read as data (optimizer code), or metadata: nothing to differentiate.
                 what = "a `.grad` tensor" if node.attr.value == "grad" else f"`.{node.attr.value}`"
@@ -1322,7 +1343,7 @@ class FileAnalysis:
                 lo = self.eval(positional[0], env) if positional else point(0.0)
                 hi = self.eval(positional[1], env) if len(positional) > 1 else point(1.0)
                 v = interval(lo.lo, hi.hi).with_evidence(line, "`uniform_` bounds")
-                return replace(v, zero="uniform_ from 0") if v.lo <= 0 else v
+                return replace(v, zero=UNIFORM_ZERO) if v.lo <= 0 else v
             if name in transfer.OPS and name not in ("max", "sum", "mean"):
                 args = [receiver] + [self.eval(a, env, depth - 1) for a in positional]
                 kw = {k: self.eval(v, env, depth - 1) for k, v in keywords.items()}

@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional
 
-from .values import INF, TOP, Evidence, Value, interval, join
+from .values import INF, RAND_ZERO, TOP, Evidence, Value, interval, join
 
 Args = List[Value]
 Kw = Dict[str, Value]
@@ -337,8 +337,8 @@ def _ev(line: int, reason: str):
 
 # Creation ops: (lo, hi, zero reason) of the values they produce.
 CREATION = {
-    "rand": (0.0, 1.0, "torch.rand (can return 0)"),
-    "rand_like": (0.0, 1.0, "torch.rand (can return 0)"),
+    "rand": (0.0, 1.0, RAND_ZERO),
+    "rand_like": (0.0, 1.0, RAND_ZERO),
     "randn": (-INF, INF, None),
     "randn_like": (-INF, INF, None),
     "zeros": (0.0, 0.0, "zeros"),

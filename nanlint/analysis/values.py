@@ -109,6 +109,10 @@ class Value:
 
 TOP = Value()
 CONSTANT = Evidence(0, "a constant")
+# Zero reasons of a fresh uniform sample on [0, 1): exactly 0 with probability 2^-24 per
+# float32 element (`torch.rand`, `rand_like`, `uniform_()`).
+RAND_ZERO = "torch.rand (can return 0)"
+UNIFORM_ZERO = "uniform_ from 0"
 
 
 def unknown(v: Value) -> bool:

@@ -576,33 +576,8 @@ without a fix.
 
 # ---------------------------------------------------------------------- NAN119
 
-_UNIFORM_FUNCTIONS = {"torch.rand", "torch.rand_like"}
 
 
-def _uniform_source(ctx: FileContext, u: cst.BaseExpression) -> bool:
-    """u is a fresh uniform sample: `torch.rand(...)`, `torch.rand_like(x)`,
-    `torch.empty(...).uniform_()` (also with no bounds changed), through local names."""
-    for _ in range(5):
-        u = strip_parens(u)
-        if isinstance(u, cst.Name):
-            value = ctx.value_of(u)
-            if value is u:
-                return False
-            u = value
-            continue
-        if not isinstance(u, cst.Call):
-            return False
-        if ctx.qualname(u.func) in _UNIFORM_FUNCTIONS:
-            return True
-        if isinstance(u.func, cst.Attribute) and u.func.attr.value == "uniform_":
-            # uniform_(a, b) with other bounds is not the [0, 1) sample.
-            return not u.args or (
-                len(u.args) == 2
-                and number_value(strip_parens(u.args[0].value)) == 0.0
-                and number_value(strip_parens(u.args[1].value)) == 1.0
-            )
-        return False
-    return False
 
 
 def _negated_log(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
@@ -684,9 +659,7 @@ gets the finding without a fix.
     def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         inner = _negated_log(ctx, node)
         u = _negated_log(ctx, inner) if inner is not None else None
-        if u is None or not _uniform_source(ctx, u):
-            return
-        if is_guarded(ctx, u):
+        if u is None or analysis.uniform_sample(ctx, u) is None:
             return
         u = strip_parens(u)
         # The probe reads u as a free input over rand's range [0, 1) (a call to torch.rand
