@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from .. import analysis
+from ..diagnostics import ProbeInput
 from ..context import FileContext, abstract_calls, dotted_name, free_inputs, is_atom, node_code, parenthesize, strip_parens
 from ..ops import TENSOR_METHOD, number_value
 from ..ranges import is_guarded, pass_through, positive_constant
@@ -863,7 +864,7 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
         rest = [_arg_code(a.with_changes(value=ctx.canonical(a.value, inline=False))) for a in other_args]
         if ctor is not None:
             rest += [_arg_code(a.with_changes(value=ctx.canonical(a.value))) for a in ctor.args]
-        target = next((a.value for a in other_args if a.keyword is None), None)
+        target = next((a.value for a in other_args if a.keyword is None or a.keyword.value == "target"), None)
         if leaf is None:
             prob, logits = "torch.sigmoid(logits)", "logits"
         else:
@@ -878,7 +879,10 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
         if logits is not None:
             fixed = cst.parse_expression(f"{_WITH_LOGITS}({', '.join([logits] + rest)})")
         original, fixed = abstract_calls(original, fixed)
-        domains = {target.value: (0.0, 1.0)} if isinstance(target, cst.Name) else {}
+        # The target is data (labels in [0, 1], GANs' all-ones `valid`): swept as 0/1 values and
+        # not differentiated, so a witness is about the probabilities, never the labels.
+        labels = free_inputs(ctx.canonical(target, inline=False)) if target is not None else []
+        domains = {name: ProbeInput(name, domain=(0.0, 1.0), kind="mask") for name in labels}
         return ctx.expression_probe(original, fixed, domains)
 
 
