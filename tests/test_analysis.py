@@ -562,3 +562,66 @@ def test_the_probe_of_forward_takes_the_domain_its_instances_calls_pass(tmp_path
     named = GATED + '\n\nLAYERS = {"gate": "Gate"}\n'
     (d,) = [d for d in lint_source(str(module), named, [get_rule("NAN201")]).diagnostics]
     assert [i for i in d.probe.inputs if i.name == "p" and i.kind == "simplex"] == []
+
+
+def _query_each_call(source: str, function: str, query) -> dict:
+    """`query(ctx, first argument)` at every call of `function` in `source`, by line."""
+    import libcst as cst
+
+    from nanlint.context import FileContext
+    from nanlint.rules.base import Rule
+
+    seen = {}
+
+    class Probe(Rule):
+        code = "NAN999"
+        name = "probe"
+        message = "-"
+
+        def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+            if ctx.qualname(node.func) == function:
+                seen[ctx.span(node)[0].row] = query(ctx, node.args[0].value)
+
+    lint_source("m.py", source, [Probe])
+    return seen
+
+
+def test_a_norm_makes_unit_vectors_and_a_dot_product_over_norms_a_cosine():
+    source = (
+        "import torch\n"
+        "def f(x, y, w):\n"
+        "    u = x / x.norm(dim=-1, keepdim=True)\n"
+        "    v = y / (torch.linalg.vector_norm(y, dim=-1, keepdim=True) + 1e-8)\n"
+        "    a = torch.acos((u * v).sum(-1))\n"
+        "    b = torch.acos(torch.einsum('nd,nd->n', x, y) / (x.norm(dim=-1) * y.norm(dim=-1)))\n"
+        "    c = torch.acos(x / w.norm(dim=-1, keepdim=True))\n"
+        "    d = torch.acos(x / x.norm(p=1, dim=-1, keepdim=True))\n"
+        "    e = torch.acos(x / x.norm(dim=-1, keepdim=True).clamp(max=1.0))\n"
+        "    return a, b, c, d, e\n"
+    )
+    facts = _query_each_call(source, "torch.acos", lambda ctx, arg: (
+        analysis.value(ctx, arg).cosine, analysis.value(ctx, arg).unit, analysis.cite(ctx, analysis.value(ctx, arg))))
+    assert facts[5][:2] == (True, False) and "divided by its norm at line 3" in facts[5][2]
+    assert facts[6][:2] == (True, False) and "a dot product divided by norms at line 6" in facts[6][2]
+    # Another tensor's norm, an L1 norm, a norm clamped from above: no unit vector.
+    assert [facts[line][:2] for line in (7, 8, 9)] == [(False, False)] * 3
+
+
+def test_a_uniform_sample_is_known_until_it_is_kept_off_zero():
+    source = (
+        "import torch\n"
+        "def g(logits, n):\n"
+        "    u = torch.rand_like(logits)\n"
+        "    a = torch.log(u)\n"
+        "    c = torch.rand(n).clamp(torch.finfo(logits.dtype).tiny, 1.0)\n"
+        "    b = torch.log(c)\n"
+        "    w = torch.empty(n).uniform_()\n"
+        "    d = torch.log(w)\n"
+        "    e = torch.log(0.98 * torch.rand(n) + 0.01)\n"
+        "    f = torch.log(torch.empty(n).uniform_(-1, 1))\n"
+        "    return a, b, d, e, f\n"
+    )
+    facts = _query_each_call(source, "torch.log", analysis.uniform_sample)
+    assert facts[4] and facts[8]
+    # Clamped at finfo.tiny, shifted off 0, or not on [0, 1): not the sample the rules mean.
+    assert [facts[line] for line in (6, 9, 10)] == [None, None, None]
