@@ -787,13 +787,16 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
             loss = "nn.BCELoss" if kind != "functional" else "binary_cross_entropy"
             what = (f"the output of `{model}`, which ends in `nn.Sigmoid()`" if model is not None
                     else f"a sigmoid output ({made_elsewhere})")
+            # Where the sigmoid is a model's last layer, dropping it gives the logits.
+            remedy = "drop the final Sigmoid" if model is not None or "forward" in made_elsewhere \
+                else "pass the logits instead (without the sigmoid)"
             ctx.report(
                 self,
                 node,
                 message=(
                     f"`{loss}` on {what}: log(p) "
                     "is clamped at -100, so confidently wrong outputs get a vanishing gradient "
-                    f"(float32) or a NaN one (float16), and {raises}; drop the final Sigmoid and "
+                    f"(float32) or a NaN one (float16), and {raises}; {remedy} and "
                     "use `nn.BCEWithLogitsLoss` (`F.binary_cross_entropy_with_logits`)"
                 ),
                 probe=probe,
