@@ -432,7 +432,7 @@ def _norm_kept(name: str, transfer: Transfer, args: Args, kw: Kw) -> Optional[st
         return a.norm_of
     if name == "add" and len(args) == 2:
         norm, other = (a, args[1]) if a.norm_of is not None else (args[1], a)
-        return norm.norm_of if other.lo == other.hi and other.lo >= 0 else None
+        return norm.norm_of if other.lo >= 0 else None  # `+ eps`, a constant or a parameter
     if name == "mul" and len(args) == 2 and a.norm_of is not None and args[1].norm_of is not None:
         return "a product of norms"
     return None
