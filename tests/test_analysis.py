@@ -350,8 +350,8 @@ def f(x, w):
 '''
 
 
-def _no_gradient_of_each_sqrt(path: str, source: str) -> dict:
-    """`analysis.no_gradient` of every `torch.sqrt(...)` call of `source`, by line."""
+def _query_each_call(path: str, source: str, function: str, query) -> dict:
+    """`query(ctx, call)` at every call of `function` in `source`, by line."""
     import libcst as cst
 
     from nanlint.context import FileContext
@@ -365,11 +365,16 @@ def _no_gradient_of_each_sqrt(path: str, source: str) -> dict:
         message = "-"
 
         def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-            if ctx.qualname(node.func) == "torch.sqrt":
-                seen[ctx.span(node)[0].row] = analysis.no_gradient(ctx, node)
+            if ctx.qualname(node.func) == function:
+                seen[ctx.span(node)[0].row] = query(ctx, node)
 
     lint_source(path, source, [Probe])
     return seen
+
+
+def _no_gradient_of_each_sqrt(path: str, source: str) -> dict:
+    """`analysis.no_gradient` of every `torch.sqrt(...)` call of `source`, by line."""
+    return _query_each_call(path, source, "torch.sqrt", analysis.no_gradient)
 
 
 def test_no_gradient_says_why_with_the_line_of_its_evidence():
@@ -564,28 +569,6 @@ def test_the_probe_of_forward_takes_the_domain_its_instances_calls_pass(tmp_path
     assert [i for i in d.probe.inputs if i.name == "p" and i.kind == "simplex"] == []
 
 
-def _query_each_call(source: str, function: str, query) -> dict:
-    """`query(ctx, first argument)` at every call of `function` in `source`, by line."""
-    import libcst as cst
-
-    from nanlint.context import FileContext
-    from nanlint.rules.base import Rule
-
-    seen = {}
-
-    class Probe(Rule):
-        code = "NAN999"
-        name = "probe"
-        message = "-"
-
-        def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-            if ctx.qualname(node.func) == function:
-                seen[ctx.span(node)[0].row] = query(ctx, node.args[0].value)
-
-    lint_source("m.py", source, [Probe])
-    return seen
-
-
 def test_a_norm_makes_unit_vectors_and_a_dot_product_over_norms_a_cosine():
     source = (
         "import torch\n"
@@ -599,8 +582,11 @@ def test_a_norm_makes_unit_vectors_and_a_dot_product_over_norms_a_cosine():
         "    e = torch.acos(x / x.norm(dim=-1, keepdim=True).clamp(max=1.0))\n"
         "    return a, b, c, d, e\n"
     )
-    facts = _query_each_call(source, "torch.acos", lambda ctx, arg: (
-        analysis.value(ctx, arg).cosine, analysis.value(ctx, arg).unit, analysis.cite(ctx, analysis.value(ctx, arg))))
+    def facts_of(ctx, call):
+        v = analysis.value(ctx, call.args[0].value)
+        return v.cosine, v.unit, analysis.cite(ctx, v)
+
+    facts = _query_each_call("m.py", source, "torch.acos", facts_of)
     assert facts[5][:2] == (True, False) and "divided by its norm at line 3" in facts[5][2]
     assert facts[6][:2] == (True, False) and "a dot product divided by norms at line 6" in facts[6][2]
     # Another tensor's norm, an L1 norm, a norm clamped from above: no unit vector.
@@ -621,7 +607,8 @@ def test_a_uniform_sample_is_known_until_it_is_kept_off_zero():
         "    f = torch.log(torch.empty(n).uniform_(-1, 1))\n"
         "    return a, b, d, e, f\n"
     )
-    facts = _query_each_call(source, "torch.log", analysis.uniform_sample)
+    facts = _query_each_call("m.py", source, "torch.log",
+                             lambda ctx, call: analysis.uniform_sample(ctx, call.args[0].value))
     assert facts[4] and facts[8]
     # Clamped at finfo.tiny, shifted off 0, or not on [0, 1): not the sample the rules mean.
     assert [facts[line] for line in (6, 9, 10)] == [None, None, None]
