@@ -1112,7 +1112,13 @@ class FileAnalysis:
     def eval(self, node: Optional[cst.BaseExpression], env: Env, depth: int = 24) -> Value:
         if node is None or depth <= 0:
             return TOP
-        node = strip_parens(node)
+        bare = strip_parens(node)
+        if bare is not node:
+            # Stripping parentheses makes a new node, which has no position: evidence found in
+            # it is cited at the parenthesized one's line (the token list keeps both alive).
+            self._token_of[id(bare)] = self.token(node)
+            self._tokens.append(bare)
+            node = bare
         number = number_value(node)
         if number is not None:
             return point(number)
