@@ -580,7 +580,9 @@ def test_a_norm_makes_unit_vectors_and_a_dot_product_over_norms_a_cosine():
         "    c = torch.acos(x / w.norm(dim=-1, keepdim=True))\n"
         "    d = torch.acos(x / x.norm(p=1, dim=-1, keepdim=True))\n"
         "    e = torch.acos(x / x.norm(dim=-1, keepdim=True).clamp(max=1.0))\n"
-        "    return a, b, c, d, e\n"
+        "    n = y.norm(dim=-1, keepdim=True)\n"
+        "    g = torch.acos(((y / n) * (y / n)).sum(-1))\n"
+        "    return a, b, c, d, e, g\n"
     )
     def facts_of(ctx, call):
         v = analysis.value(ctx, call.args[0].value)
@@ -591,6 +593,8 @@ def test_a_norm_makes_unit_vectors_and_a_dot_product_over_norms_a_cosine():
     assert facts[6][:2] == (True, False) and "a dot product divided by norms at line 6" in facts[6][2]
     # Another tensor's norm, an L1 norm, a norm clamped from above: no unit vector.
     assert [facts[line][:2] for line in (7, 8, 9)] == [(False, False)] * 3
+    # Evidence found inside parentheses keeps its line.
+    assert facts[11][0] and "`y` divided by its norm at line 11" in facts[11][2]
 
 
 def test_a_uniform_sample_is_known_until_it_is_kept_off_zero():
