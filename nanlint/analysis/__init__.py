@@ -113,6 +113,15 @@ def clamped_to_zero(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]
     return cite(ctx, v) or "clamp(min=0)"
 
 
+def inside_zero_one(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """Evidence that `expr` lies strictly between 0 and 1 (`uniform_(1e-6, 1 - 1e-6)`,
+    `0.98 * torch.sigmoid(z) + 0.01`, an affine map of `torch.rand`), or None."""
+    v = value(ctx, expr)
+    if not (0.0 < v.lo and v.hi < 1.0):
+        return None
+    return cite(ctx, v) or f"in [{v.lo:g}, {v.hi:g}]"
+
+
 def uniform_sample(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     """Evidence that `expr` is a uniform sample on [0, 1) that can be exactly 0 (`torch.rand`,
     `rand_like`, `uniform_()`, through names and helpers), not clamped or shifted off 0 since.
