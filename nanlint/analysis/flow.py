@@ -165,7 +165,9 @@ def _finfo_attribute(ctx, node: cst.Attribute) -> Optional[Value]:
     whose sign and size are known whatever the dtype."""
     call = strip_parens(node.value)
     bounds = _FINFO_RANGES.get(node.attr.value)
-    if bounds is None or not isinstance(call, cst.Call) or ctx.qualname(call.func) not in ("torch.finfo", "numpy.finfo"):
+    if bounds is None or not isinstance(call, cst.Call):
+        return None
+    if ctx.qualname(call.func) not in ("torch.finfo", "numpy.finfo"):
         return None
     return interval(*bounds, nograd=Evidence(0, f"`finfo.{node.attr.value}`"))
 

@@ -423,8 +423,8 @@ def apply(name: str, args: Args, kw: Kw, codes: Codes, line: int) -> Optional[Va
 
 
 def _norm_kept(name: str, transfer: Transfer, args: Args, kw: Kw) -> Optional[str]:
-    """What is still a norm after this op (`Value.norm_of`): a view or copy of one, one plus a
-    nonnegative constant or clamped from below (guarded against 0), a product of two."""
+    """What is still a norm after this op (`Value.norm_of`): a view or copy of one, one plus
+    something nonnegative or clamped from below (guarded against 0), a product of two."""
     if not args:
         return None
     a = args[0]

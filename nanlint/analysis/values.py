@@ -60,7 +60,7 @@ class Value:
     # The tensor (as written) this is the maximum or the logsumexp of, along some dim or
     # all of it: `x - <this>` is <= 0 (the max-shift before an `exp`).
     max_of: Optional[str] = None
-    # The tensor (as written) this is the Euclidean norm of, also plus a nonnegative constant or
+    # The tensor (as written) this is the Euclidean norm of, also plus something nonnegative or
     # clamped from below (`x.norm(dim=-1) + eps`), or "a product of norms": `x / <this>` is a
     # unit vector, and a dot product divided by it is a cosine.
     norm_of: Optional[str] = None
