@@ -774,8 +774,8 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
         if leaf is None and model is None:
             # A sigmoid made out of sight: a model class whose forward ends in one, a helper.
             flow = analysis.value(ctx, x)
-            if flow.prob != "sigmoid" or flow.nograd is not None:
-                return
+            if flow.prob != "sigmoid" or flow.nograd is not None or flow.excludes_zero:
+                return  # not a sigmoid, no gradient, or clamped off 0 and 1 on purpose
             made_elsewhere = analysis.cite(ctx, flow)
         raises = "it raises inside CUDA autocast"
         region = ctx.precision.in_autocast if ctx.precision is not None else None
