@@ -548,7 +548,7 @@ label smoothing over 32,000 classes all give the float32 value there.
 On CUDA it is not (measured on an H100, torch 2.11): `F.cross_entropy` on float16 logits
 under `autocast(float16)` returns a float32 loss whose log-softmax was computed in float16.
 Each target's loss is off by up to 2.2e-4 relative (9.8e-4 for bfloat16 logits under
-`autocast(bfloat16)`), against 1e-8 with `.float()`, and two logits ±32768 apart give `inf`
+`autocast(bfloat16)`), against 1e-8 with `.float()`, and logits of ±32768 (65536 apart) give `inf`
 where `.float()` gives 65536. `F.nll_loss(F.log_softmax(logits, -1), y)` under the same
 autocast is float32 throughout. No failure at ordinary logits, so still a policy, but on
 CUDA the explicit upcast does buy float32 accuracy.
