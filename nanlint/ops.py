@@ -130,6 +130,9 @@ _METHOD_OPS: Dict[str, Tuple[str, Tuple[int, ...]]] = {
 # The method name a canonical op has on tensors (for fixes that keep the method style).
 TENSOR_METHOD = {op: name for name, (op, _) in _METHOD_OPS.items() if name != "clip"}
 
+# What `torch.finfo(x.dtype).eps` / `.tiny` / `.max` are read from (NumPy's too).
+FINFO_FUNCTIONS = frozenset({"torch.finfo", "numpy.finfo"})
+
 _BINARY_OPS = {
     cst.Add: "add",
     cst.Subtract: "sub",

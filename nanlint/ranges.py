@@ -46,7 +46,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import libcst as cst
 
 from .context import Binding, FileContext, dotted_name, node_code, strip_parens
-from .ops import number_value, split_args
+from .ops import FINFO_FUNCTIONS, number_value, split_args
 
 # At or below this, a literal rounds to 0 in float16 (half the smallest subnormal, 2**-24;
 # 2**-25 itself is a tie and rounds to even, 0). Measured: 2.98e-8 -> 0, 2.99e-8 -> 5.96e-8.
@@ -65,7 +65,6 @@ _EPS_NAME = re.compile(
 
 # Attributes of `torch.finfo(...)` / `numpy.finfo(...)` that are positive.
 _FINFO_POSITIVE = {"eps", "tiny", "smallest_normal", "resolution", "max"}
-_FINFO = {"torch.finfo", "numpy.finfo"}
 
 # Methods that only index, reshape, copy or cast a tensor: values pass through unchanged
 # (up to rounding for casts), so "can be 0" and "is a probability" survive them.
@@ -250,7 +249,7 @@ def positive_constant(
             return Positive(None, expr)
         if expr.attr.value in _FINFO_POSITIVE:
             f = _function(ctx, strip_parens(expr.value))
-            if f is not None and f[0] in _FINFO:
+            if f is not None and f[0] in FINFO_FUNCTIONS:
                 return Positive(None, expr)
         chain = dotted_name(expr)
         if chain is not None and full is None:

@@ -35,7 +35,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 import libcst as cst
 
 from ..context import dotted_name, strip_parens as _strip
-from ..ops import match_op, number_value, split_args
+from ..ops import FINFO_FUNCTIONS, match_op, number_value, split_args
 from . import imports, transfer
 from .values import INF, TOP, UNIFORM_ZERO, Evidence, Value, cited, interval, join, point, unknown, widen
 
@@ -167,7 +167,7 @@ def _finfo_attribute(ctx, node: cst.Attribute) -> Optional[Value]:
     bounds = _FINFO_RANGES.get(node.attr.value)
     if bounds is None or not isinstance(call, cst.Call):
         return None
-    if ctx.qualname(call.func) not in ("torch.finfo", "numpy.finfo"):
+    if ctx.qualname(call.func) not in FINFO_FUNCTIONS:
         return None
     return interval(*bounds, nograd=Evidence(0, f"`finfo.{node.attr.value}`"))
 

@@ -1000,14 +1000,18 @@ offered for `sin(x) / x` and `sin(k * x) / x` (also `x.sin() / x`, `torch.div`) 
         if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
             return
         numerator, x = (strip_parens(a) for a in op.args)
-        sine = next((f for f in _factors(ctx, numerator) if _sine_of(ctx, f, x) is not None), None)
+        sine = argument = None
+        for factor in _factors(ctx, numerator):
+            argument = _sine_of(ctx, factor, x)
+            if argument is not None:
+                sine = factor
+                break
         if sine is None or analysis.value(ctx, x).excludes_zero:
             return
         if conditions.guarded_by_condition(ctx, conditions.names_read(ctx, x)):
             # A branch, an assert or an enclosing `torch.where` tests the divisor (what a
             # `where` leaves in the gradient is NAN112's).
             return
-        argument = _sine_of(ctx, sine, x)
         plain = ctx.code(argument) == ctx.code(x)  # `sin(x) / x`, no scale
         k = None if plain else _scale_of(ctx, argument, x)
         edits: Tuple = ()
