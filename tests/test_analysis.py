@@ -616,3 +616,14 @@ def test_a_uniform_sample_is_known_until_it_is_kept_off_zero():
     assert facts[4] and facts[8]
     # Clamped at finfo.tiny, shifted off 0, or not on [0, 1): not the sample the rules mean.
     assert [facts[line] for line in (6, 9, 10)] == [None, None, None]
+
+
+def test_a_module_constant_is_summarized_for_the_files_that_import_it():
+    from nanlint.analysis.summaries import constant_data
+
+    text = '"""Limits."""\nNEAR_INF = 1e20  # too big for float16\nSCALE: float = 1_000.5\nN = 3\nN = 4\nNAME = "x"\n'
+    assert constant_data(text, "NEAR_INF") == {"kind": "constant", "value": 1e20, "line": 2}
+    assert constant_data(text, "SCALE") == {"kind": "constant", "value": 1000.5, "line": 3}
+    assert constant_data(text, "N") is None  # assigned twice: no one value
+    assert constant_data(text, "NAME") is None  # not a number
+    assert constant_data("def f():\n    LOCAL = 1.0\n", "LOCAL") is None  # not at module level

@@ -1134,6 +1134,8 @@ class FileAnalysis:
             module_env = self.module_env
             if module_env is not None and node.value in module_env.vars and env is not module_env:
                 return module_env.vars[node.value]
+            if node.value not in self.functions:
+                return imports.name_value(self, node.value) or TOP
             return TOP
         if isinstance(node, cst.Attribute):
             key = dotted_name(node)

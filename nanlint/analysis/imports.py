@@ -16,7 +16,7 @@ import libcst as cst
 
 from ..context import dotted_name, strip_parens
 from . import summaries
-from .values import TOP, Evidence, Value, cited, unknown
+from .values import TOP, Evidence, Value, cited, point, unknown
 
 # (module as spelled, member name): `from .nets import Actor` binds Actor to (".nets", "Actor").
 Member = Tuple[str, str]
@@ -244,6 +244,21 @@ def imported_names(fa) -> Optional[ImportedNames]:
     return found
 
 
+def name_value(fa, name: str) -> Optional[Value]:
+    """A module constant the file imports from its own project (`from .consts import
+    NEAR_INF`): its number, citing where it is set. None: not such a name."""
+    names = imported_names(fa)
+    member = names.member_of(name) if names is not None else None
+    if member is None:
+        return None
+    data = names.data(member)
+    if not data or data.get("kind") != "constant":
+        return None
+    number = summaries.value_from_data({"lo": data["value"]}, "").lo
+    where = f"{names.display(member)}:{data.get('line', 0)}"
+    return point(number).with_evidence(0, f"`{member[1]}` = {number:g} at {where}")
+
+
 def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
     """The flow's hook: what `node` returns when it calls a name the file imports from its
     own project (an imported function, class or a method of an imported class's instance).
@@ -279,4 +294,4 @@ def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
     return None
 
 
-__all__ = ["ImportedNames", "imported_names", "call_value"]
+__all__ = ["ImportedNames", "imported_names", "call_value", "name_value"]

@@ -31,7 +31,7 @@ import libcst as cst
 from .values import TOP, Evidence, Value, unknown
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
-FORMAT = 4
+FORMAT = 5
 PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
 
 # Larger imported files are not summarized (the default `max-file-size`: a file that large is
@@ -275,13 +275,35 @@ def class_data(fa, cls: str) -> Dict[str, Any]:
 
 
 def name_data(fa, name: str) -> Optional[Dict[str, Any]]:
-    """The summary of one top-level function or class of the file (None: not defined there)."""
+    """The summary of one top-level function, class or numeric constant of the file (None:
+    not defined there)."""
     fa._summary_name = name  # where its evidence is looked up first
     if name in fa.functions:
         return function_data(fa, fa.functions[name], name)
     if name in fa.classes:
         return class_data(fa, name)
-    return None
+    return constant_data(fa.ctx.source, name)
+
+
+# `NEAR_INF = 1e20` at the start of a line (a module constant), with an optional annotation.
+_NUMBER = r"[-+]?(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eE][-+]?\d+)?"
+
+
+def constant_data(text: str, name: str) -> Optional[Dict[str, Any]]:
+    """A module-level number assigned once in `text` (`NEAR_INF = 1e20`), as summary data:
+    a dependent's `-NEAR_INF` is then a known value. Read from the text, without parsing."""
+    assigned = list(re.finditer(rf"^{re.escape(name)}[ \t]*(?::[^=\n]+)?=(?!=)[ \t]*([^\n]*)", text, re.M))
+    if len(assigned) != 1:
+        return None  # not assigned at module level, or reassigned: no one value
+    m = re.fullmatch(rf"({_NUMBER})[ \t]*(?:#.*)?", assigned[0].group(1).rstrip())
+    if m is None:
+        return None
+    try:
+        number = float(m.group(1).replace("_", ""))
+    except ValueError:
+        return None
+    line = text.count("\n", 0, assigned[0].start()) + 1
+    return {"kind": "constant", "value": _number_to_data(number), "line": line}
 
 
 def module_data(fa, display: str, names=None) -> Dict[str, Any]:
@@ -405,10 +427,12 @@ class SummaryStore:
             return None
         if not _defines(entry["text"], name):
             # Not a top-level def or class there (an import, a constant): nothing to parse.
+            found = constant_data(entry["text"], name)
+            self._memo[key] = found
             if names is not None:
-                names[name] = None
+                names[name] = found
                 self._store(ref, names)
-            return None
+            return found
         try:
             if entry["module"] is None:
                 import libcst as cst
