@@ -39,8 +39,9 @@ DEFAULT_MAX_FILE_SIZE = 1024 * 1024
 # A file whose analysis takes longer is reported as skipped and the run moves on.
 DEFAULT_FILE_TIMEOUT = 30.0
 # `precision = "fp16"`: the project runs in half precision (half-only hazards are reported
-# everywhere, not only where the file shows a half dtype).
-PRECISIONS = {"auto": None, "fp32": None, "float32": None, "fp16": "float16", "float16": "float16",
+# everywhere, not only where the file shows a half dtype). "auto" (None): the project's own
+# code decides (`project_precision`); "fp32" says it never runs in half precision.
+PRECISIONS = {"auto": None, "fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
               "bf16": "bfloat16", "bfloat16": "bfloat16"}
 
 # Never descended into when walking a directory (a file named explicitly is still linted).
@@ -82,7 +83,7 @@ class Settings:
     force_exclude: bool = False
     # Skip what git ignores when walking a directory (as ruff does).
     respect_gitignore: bool = True
-    precision: Optional[str] = None  # "float16" / "bfloat16" from `precision`, else None
+    precision: Optional[str] = None  # "float16" / "bfloat16" / "float32" from `precision`; None: auto
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; 0: no limit
     file_timeout: float = DEFAULT_FILE_TIMEOUT  # seconds; 0: no limit
     # Worker processes (None: every usable CPU) and where results are cached (None: the

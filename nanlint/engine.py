@@ -383,13 +383,13 @@ def lint_source(
     path: str,
     source: str,
     rule_classes: Sequence[Type[Rule]],
-    precision: Optional[str] = None,
+    precision: Any = None,
     timeout: float = 0.0,
     imported: Optional[Dict[str, Any]] = None,
 ) -> LintResult:
-    """Diagnostics for one file's text. Never raises for bad input. `precision` is the
-    config's `precision` ("float16"/"bfloat16": the code is known to run in half precision
-    even where the file does not show it; None: only what the file shows counts).
+    """Diagnostics for one file's text. Never raises for bad input. `precision` is the half
+    precision the project trains in (a `precision.TrainingPrecision`, which says why, or the
+    config's value: "float16"/"bfloat16"; None or "float32": only what the file shows counts).
     `timeout` (seconds, 0 = none) bounds the analysis: past it the file is reported skipped.
     `imported`: summaries of the project modules the file imports (`project.ProjectIndex`)."""
     try:

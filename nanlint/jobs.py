@@ -40,7 +40,6 @@ class Mode:
     fix: bool = False
     unsafe_fixes: bool = False
     diff: bool = False
-    precision: Optional[str] = None
     max_file_size: int = 0  # bytes; 0: no limit
     file_timeout: float = 0.0  # seconds; 0: no limit
 
@@ -55,6 +54,8 @@ class FileTask:
     size: int = 0
     # Summaries of the project modules this file imports, by the module as spelled there.
     imported: Dict[str, Any] = field(default_factory=dict)
+    # The half precision the file's project trains in (`precision.TrainingPrecision`), if any.
+    precision: Any = None
 
 
 @dataclass
@@ -104,7 +105,8 @@ def process_file(task: FileTask, mode: Mode) -> FileOutcome:
     from .runner import lint_file  # the per-file work; runner imports this module
 
     out = RunResult()
-    content, written = lint_file(Path(task.path), task.display, list(task.rules), mode, out, task.imported)
+    content, written = lint_file(Path(task.path), task.display, list(task.rules), mode, out, task.imported,
+                               task.precision)
     return FileOutcome(task.index, out, content_hash=content, written_hash=written)
 
 

@@ -60,12 +60,41 @@ class AutocastRegion:
         return None
 
 
+@dataclass(frozen=True)
+class TrainingPrecision:
+    """The half precision a whole project trains in, and why nanlint thinks so: the config
+    says it, or a line of the project does (`project_precision`). Messages cite `reason`."""
+
+    dtype: str  # "float16" / "bfloat16"
+    reason: str
+    # "all": every activation is half (the config says so, a model made `.half()`);
+    # "matmul": mixed precision (autocast, a GradScaler): matmul-family outputs are half,
+    # while autocast runs exp, log, softmax and reductions in float32.
+    scope: str = "all"
+
+    @staticmethod
+    def from_config(value: Optional[str]) -> Optional["TrainingPrecision"]:
+        """The config's `precision` (as `config.PRECISIONS` maps it): "float32" is none."""
+        if value in (None, "float32"):
+            return None
+        short = {"float16": "fp16", "bfloat16": "bf16"}.get(value, value)
+        return TrainingPrecision(value, f'`precision = "{short}"` in the config')
+
+
 class Precision:
-    def __init__(self, ctx, configured: Optional[str] = None) -> None:
+    def __init__(self, ctx, configured=None) -> None:
         self.ctx = ctx
-        # `precision = "fp16"` in the config: the project trains in half precision, so
+        # The project trains in half precision (the config or another file says so), so
         # half-only hazards are reported even where the file itself shows no half dtype.
-        self.configured = configured
+        # `configured`: a TrainingPrecision, or the config's value as a string.
+        if not isinstance(configured, TrainingPrecision):
+            configured = TrainingPrecision.from_config(configured)
+        # The half dtype of the project's matmul outputs (model activations), and why.
+        self.configured: Optional[str] = configured.dtype if configured is not None else None
+        self.configured_reason: Optional[str] = configured.reason if configured is not None else None
+        # The half dtype every value of the project may have (not under mixed precision).
+        self.configured_everywhere: Optional[str] = (
+            configured.dtype if configured is not None and configured.scope == "all" else None)
         self.autocast: List[AutocastRegion] = []
         self._pushed: List[tuple] = []
         # Innermost autocast state: a region, or None for `autocast(enabled=False)` nested
@@ -142,7 +171,7 @@ class Precision:
         region = self.in_autocast
         if region is not None and region.effective_dtype:
             return region.effective_dtype
-        return self.configured
+        return self.configured_everywhere
 
     def autocast_region(self, call: cst.BaseExpression) -> Optional[AutocastRegion]:
         if not isinstance(call, cst.Call):

@@ -17,7 +17,10 @@ from .files import ChangedDuringRun, SourceError, discover, read_source, write_f
 from .fixes import fix_source
 from .jobs import FileOutcome, FileTask, Mode, RunResult, run_tasks, usable_cpus  # noqa: F401 (RunResult: re-exported)
 from .progress import Progress
+from .precision import TrainingPrecision
 from .project import ProjectIndex, SummaryProvider
+from .project_precision import ProjectPrecisionFinder
+from .project_precision import resolve as resolve_precision
 from .text import split_lines
 
 
@@ -41,15 +44,17 @@ def run(
     know of it). The result is the same whatever `jobs` and whether the cache is used."""
     rules = select_rules(settings)
     files = discover(list(paths) or ["."], settings)
-    mode = Mode(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, precision=settings.precision,
+    mode = Mode(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
                 max_file_size=settings.max_file_size, file_timeout=settings.file_timeout)
     # The project index is always on: a file's lint sees what it imports from the project.
     index = ProjectIndex(summarize, summary_cache=cache)
     cache_dir = str(cache.directory) if cache is not None else None
+    precisions = ProjectPrecisionFinder()
     tasks = []
     entries: Dict[int, Tuple[str, Optional[Dict]]] = {}  # task index -> (cache slot, its entry)
     for i, path in enumerate(files):
-        task = FileTask(i, str(path), relative_display(path), tuple(settings.rules_for(path, rules)))
+        task = FileTask(i, str(path), relative_display(path), tuple(settings.rules_for(path, rules)),
+                        precision=resolve_precision(settings.precision, path, precisions, settings))
         try:
             data = path.read_bytes()
         except OSError:
@@ -61,7 +66,7 @@ def run(
             if cache is not None:
                 # The entry is read once, here: it holds the result and, for unchanged
                 # bytes, their imports (scanning every file is most of a warm run).
-                slot = Cache.slot(path, task.display, [[r.code for r in task.rules], settings.precision])
+                slot = Cache.slot(path, task.display, [[r.code for r in task.rules], _precision_key(task.precision)])
                 entries[i] = (slot, cache.entry(slot))
                 imports = imports_of_entry(entries[i][1], digest)
             index.note_content(path, data, imports, digest)
@@ -84,7 +89,7 @@ def run(
             continue
         found = entries.get(task.index)
         if found is None:  # unreadable a moment ago: no entry read yet
-            slot = Cache.slot(path, task.display, [[r.code for r in task.rules], settings.precision])
+            slot = Cache.slot(path, task.display, [[r.code for r in task.rules], _precision_key(task.precision)])
             found = (slot, cache.entry(slot))
         slot, entry = found
         dependencies = index.dependency_fingerprint(path)
@@ -121,8 +126,14 @@ def run(
     return out
 
 
+def _precision_key(precision: Optional[TrainingPrecision]) -> Optional[List[str]]:
+    """The precision in a cache slot: a file's result depends on it and on its evidence."""
+    return [precision.dtype, precision.reason] if precision is not None else None
+
+
 def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
-              imported: Optional[Dict] = None) -> Tuple[Optional[str], Optional[str]]:
+              imported: Optional[Dict] = None, precision: Optional[TrainingPrecision] = None,
+              ) -> Tuple[Optional[str], Optional[str]]:
     """Lint (and fix) one file into `out`; every failure is reported and costs only this file.
     Returns the sha256 of the bytes linted and of the bytes written (None where there are none),
     so a cache can store the result under the content it describes."""
@@ -133,7 +144,7 @@ def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
     if path.suffix == ".ipynb":
         from .notebooks import check_notebook
 
-        check_notebook(path, display, file_rules, mode.precision, out,
+        check_notebook(path, display, file_rules, precision, out,
                        fix=mode.fix, unsafe_fixes=mode.unsafe_fixes, diff=mode.diff, timeout=mode.file_timeout)
         return None, None
     try:
@@ -144,9 +155,9 @@ def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
     content = hashlib.sha256(source.data).hexdigest()
     lint = dict(timeout=mode.file_timeout, imported=imported)
     if not (mode.fix or mode.diff):
-        _collect(out, display, lint_source(display, source.text, file_rules, mode.precision, **lint))
+        _collect(out, display, lint_source(display, source.text, file_rules, precision, **lint))
         return content, None
-    outcome = fix_source(display, source.text, file_rules, mode.unsafe_fixes, mode.precision, **lint)
+    outcome = fix_source(display, source.text, file_rules, mode.unsafe_fixes, precision, **lint)
     for d, reason in outcome.dropped:
         out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")
     written = None
@@ -156,7 +167,7 @@ def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
         except ChangedDuringRun as exc:
             # Nothing written: report the file as it was read.
             out.warnings.append(f"{display}: not fixed: {exc}")
-            _collect(out, display, lint_source(display, source.text, file_rules, mode.precision, **lint))
+            _collect(out, display, lint_source(display, source.text, file_rules, precision, **lint))
             return content, None
         except OSError as exc:
             out.errors.append(f"cannot write {display}: {exc}")
@@ -254,18 +265,20 @@ def run_stdin(
         if settings.force_exclude and settings.excluded(path):
             return out, text
         rules = settings.rules_for(path, rules)
+    precision = resolve_precision(settings.precision, Path(stdin_filename) if stdin_filename else None,
+                                  ProjectPrecisionFinder(), settings)
     if display.endswith(".ipynb"):
         from .notebooks import fix_notebook_text
 
-        new_text = fix_notebook_text(display, text, rules, settings.precision, out,
+        new_text = fix_notebook_text(display, text, rules, precision, out,
                                      fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, timeout=settings.file_timeout)
         return out, new_text
     imported = _stdin_imports(stdin_filename, text)
     if not (fix or diff):
-        _collect(out, display, lint_source(display, text, rules, settings.precision, settings.file_timeout,
+        _collect(out, display, lint_source(display, text, rules, precision, settings.file_timeout,
                                            imported=imported))
         return out, text
-    outcome = fix_source(display, text, rules, unsafe_fixes, settings.precision, settings.file_timeout,
+    outcome = fix_source(display, text, rules, unsafe_fixes, precision, settings.file_timeout,
                          imported=imported)
     for d, reason in outcome.dropped:
         out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")

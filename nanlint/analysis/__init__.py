@@ -19,6 +19,8 @@ visible call trusted and defaults filled in (`probe_analysis`).
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass, field, replace
 from typing import Dict, NamedTuple, Optional, Tuple
@@ -80,6 +82,12 @@ def cite(ctx: FileContext, v: Value, count: int = 2) -> str:
 # Zero reasons rules report on (others, such as `torch.rand`, belong to dedicated rules).
 _ZERO_REASONS = ("a softmax output", "a sigmoid output", "a ReLU output", "clamp(min=0)",
                  "1 - a probability", "a ratio of counts")
+
+
+def constant(ctx: FileContext, expr: cst.BaseExpression) -> Optional[float]:
+    """The one number `expr` is here (a module constant, imported ones too), or None."""
+    v = value(ctx, expr)
+    return v.lo if v.lo == v.hi and math.isfinite(v.lo) else None
 
 
 def excludes_zero(ctx: FileContext, expr: cst.BaseExpression) -> bool:
@@ -202,6 +210,21 @@ def exp_cannot_overflow(ctx: FileContext, exponent: cst.BaseExpression) -> bool:
         return False
     half = v.dtype == "float16" or (ctx.precision is not None and ctx.precision.half_context() == "float16")
     return v.hi <= (FLOAT16_EXP_LIMIT if half else FLOAT32_EXP_LIMIT)
+
+
+def exp_bounded_for_float32_only(ctx: FileContext, exponent: cst.BaseExpression) -> Optional[str]:
+    """Why `exp(exponent)` overflows although the flow bounds the exponent: the bound holds
+    for float32 but the code runs in float16 (a sentence for a message), else None."""
+    v = value(ctx, exponent)
+    if not FLOAT16_EXP_LIMIT < v.hi <= FLOAT32_EXP_LIMIT:
+        return None
+    if v.dtype == "float16":
+        why = "the tensor is float16"
+    elif ctx.precision is not None and ctx.precision.in_autocast is None and ctx.precision.configured_everywhere:
+        why = f"the project runs in float16: {ctx.precision.configured_reason}"
+    else:
+        why = "the code runs in float16"
+    return f"the exponent is bounded by {v.hi:g}, finite in float32 but past float16's 11.09 ({why})"
 
 
 def nonempty(ctx: FileContext, expr: cst.BaseExpression) -> bool:

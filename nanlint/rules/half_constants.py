@@ -167,8 +167,8 @@ def _fp32_cast(ctx: FileContext, expr: cst.BaseExpression) -> bool:
 def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_op: bool = False) -> Optional[str]:
     """Why `tensor` is float16 here, or None: evidently float16 (`.half()`, a float16 dtype,
     a module made half); inside a float16 autocast region, a matmul output (autocast keeps
-    other values float32, and runs `normalize`-like ops in float32 on CUDA); with
-    `precision = "fp16"` configured, a matmul output too (model activations: schedulers,
+    other values float32, and runs `normalize`-like ops in float32 on CUDA); in a project
+    that trains in float16 (configured, or shown by another file), a matmul output too (model activations: schedulers,
     metrics, optimizer state and preprocessing stay float32 even in half-precision projects).
     A visible float32 cast ends the question."""
     region = ctx.precision.in_autocast
@@ -211,7 +211,7 @@ def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_o
             return "the tensor is a matmul output, float16 under autocast"
         return None
     if ctx.precision.configured == "float16":
-        return "the tensor is a matmul output and the project runs in float16"
+        return f"the tensor is a matmul output and the project runs in float16 ({ctx.precision.configured_reason})"
     return None
 
 
@@ -405,8 +405,10 @@ float16 (`.half()`, `dtype=torch.float16`, a module made half in the file), or, 
 float16 autocast region, it is a matmul output (autocast computes `matmul`/`linear`/`conv`
 in float16; an addition or clamp is not autocast and runs in its input's dtype, while
 `normalize` and `cosine_similarity` run in float32 under CUDA autocast, so their eps is safe
-there), or it is such a matmul output in a project configured with `precision = "fp16"`
-(a configured project alone is not enough: run over the corpus with `precision = "fp16"`,
+there), or it is such a matmul output in a project that trains in float16 (configured with
+`precision = "fp16"`, or, with the default `precision = "auto"`, shown by a line elsewhere in
+the project: a model made `.half()`, a `GradScaler`, CUDA autocast; the message cites it)
+(a half-precision project alone is not enough: run over the corpus with `precision = "fp16"`,
 most hits were schedulers, metrics, optimizer state and preprocessing, which stay float32
 in half-precision training). A visible float32 cast (`.float()`, `.to(torch.float32)`)
 ends the question, except below a matmul inside autocast (`q.float() @ k.float()` is still
@@ -601,8 +603,11 @@ most negative number the tensor can hold, whatever its dtype.
 
 Reported only where the tensor visibly is float16: `.half()`/`dtype=torch.float16`
 evidence, a matmul output inside a float16 autocast region (autocast computes matmul in
-float16; `masked_fill` itself is not autocast), or such a matmul output with
-`precision = "fp16"` in the config. In
+float16; `masked_fill` itself is not autocast), or such a matmul output in a project that
+trains in float16: `precision = "fp16"` in the config, or, with the default
+`precision = "auto"`, a line elsewhere in the project that makes the model `.half()` or
+trains it under mixed precision (a `GradScaler`, CUDA autocast, a `--fp16` option), which
+the message cites: the attention module rarely shows that the trainer makes it half. In
 float32 and bfloat16 code -1e9 is harmless and not reported. The subscript form
 (`scores[mask] = -1e9`) and `torch.tensor(-1e9)` are not reported yet.
 
@@ -722,6 +727,8 @@ the finding has no fix. A positive fill beyond 65504 becomes `torch.finfo(x.dtyp
 
 def _big(ctx: FileContext, node: cst.BaseExpression) -> Optional[float]:
     value = constant_value(ctx, node)
+    if value is None:
+        value = analysis.constant(ctx, node)  # also a constant imported from the project
     if value is None or value != value or abs(value) == float("inf"):
         return None
     return value if abs(value) > FP16_MAX else None

@@ -254,9 +254,12 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
             f"torch.sigmoid({node_code(strip_parens(ctx.canonical(argument)))})"
         )
         edits = () if through_local else (ctx.replace(node, replacement),) + imports
+        bounded = analysis.exp_bounded_for_float32_only(ctx, negate(ctx, argument))
         ctx.report(
             self,
             node,
+            message=(f"Sigmoid written with `exp`: {bounded}, so `exp` can be inf and the gradient NaN, "
+                     "though the value looks fine; use `torch.sigmoid`") if bounded else None,
             edits=edits,
             probe=ctx.expression_probe(original, fixed, analysis.input_domains(ctx, node)),
         )

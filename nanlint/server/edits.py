@@ -15,6 +15,8 @@ from ..config import ConfigError, Settings, load_settings, select_rules
 from ..diagnostics import Diagnostic, Edit, Position
 from ..engine import lint_source
 from ..fixes import fix_source
+from ..project_precision import ProjectPrecisionFinder
+from ..project_precision import resolve as resolve_precision
 
 LINTED_SUFFIXES = (".py", ".pyi")
 
@@ -25,7 +27,7 @@ class Linted:
     # A config that could not be read: reported once to the user, the defaults used meanwhile.
     config_error: Optional[str] = None
     rules: Tuple = ()
-    precision: Optional[str] = None
+    precision: Any = None  # a precision.TrainingPrecision, or None
     # The project files the document imports (what its lint knows of them).
     imported: Optional[Dict[str, Any]] = None
 
@@ -38,12 +40,18 @@ def settings_for(path: Path) -> Tuple[Settings, Optional[str]]:
         return Settings(), str(exc)
 
 
+# How each project trains, searched once for the server's life (a trainer that starts using
+# float16 is seen after a restart, as a changed config is).
+_PROJECT_PRECISIONS = ProjectPrecisionFinder()
+
+
 def lint_document(path: Path, text: str) -> Linted:
     settings, error = settings_for(path)
     rules = tuple(settings.rules_for(path, select_rules(settings)))
     imported = imported_modules(path, text)
-    result = lint_source(path.name, text, rules, settings.precision, imported=imported)
-    return Linted(result.diagnostics, error, rules, settings.precision, imported)
+    precision = resolve_precision(settings.precision, path, _PROJECT_PRECISIONS, settings)
+    result = lint_source(path.name, text, rules, precision, imported=imported)
+    return Linted(result.diagnostics, error, rules, precision, imported)
 
 
 def imported_modules(path: Path, text: str) -> Dict[str, Any]:

@@ -1,0 +1,172 @@
+"""The precision a project trains in, read from its own code (`precision = "auto"`).
+
+Half-only hazards (a fill of -1e9, an epsilon of 1e-8 under a log) fail only where tensors
+are float16, and a model file rarely shows that: a trainer in another file makes the model
+`.half()`, wraps the step in CUDA autocast or builds a `GradScaler`. So where the config
+leaves `precision` at "auto", the files of the file's project are searched once per run
+for such a line; the first found (in path order) makes the project float16 for every file
+in it, and the messages that rely on it cite that line. An explicit `precision` in the
+config ("fp32" included) turns the search off.
+
+The project is the directory with a root marker (`pyproject.toml`, `setup.py`, `setup.cfg`,
+`.git`) at or above the file, else the directory above the file's top package; a loose
+script outside both is its own evidence (what the file shows, as without this module).
+Tests are not searched: a test that runs a module in float16 says the module supports it,
+not that training runs it so.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tokenize
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from .config import Settings, relative_display
+from .files import _walk
+from .precision import TrainingPrecision
+from .project import ROOT_MARKERS, _package_base, find_root
+
+# Code that trains a model in float16, and how much of it runs in float16: a model made
+# `.half()` computes everything in float16 ("all"); mixed precision (autocast, a
+# `GradScaler`, an fp16 option, which trainers map to either) only its matmul-family outputs
+# ("matmul"). Casting weights or inputs for storage or inference (`.to(torch.float16)`,
+# `dtype=torch.float16`) says nothing of training and is not evidence, nor is bfloat16
+# autocast (float32's range): a line that names bfloat16 does not count.
+_MODEL = r"\b(?:self\.)?\w*(?:model|net|module|encoder|decoder|backbone|policy|generator|discriminator)\w*"
+_SIGNS: Tuple[Tuple["re.Pattern[str]", str, str], ...] = (
+    (re.compile(_MODEL + r"(?:\.\w+\(\s*\))*\.half\(\s*\)", re.I), "a model made `.half()`", "all"),
+    (re.compile(r"\bGradScaler\s*\("), "a `GradScaler` (float16 mixed precision)", "matmul"),
+    (re.compile(r"\bcuda\.amp\.autocast\s*\("), "CUDA autocast (float16)", "matmul"),
+    (re.compile(r"\bautocast\s*\(\s*(?:device_type\s*=\s*)?['\"]cuda['\"]"), "CUDA autocast (float16)", "matmul"),
+    (re.compile(r"\bmixed_precision\s*=\s*['\"]fp16['\"]"), "`mixed_precision=\"fp16\"`", "matmul"),
+    (re.compile(r"['\"]--fp16['\"]"), "a `--fp16` option", "matmul"),
+)
+_ANY_SIGN = re.compile(rb"half\(|GradScaler|autocast|float16|torch\.half|fp16")
+_TEST_DIRS = {"test", "tests", "testing", "unittests"}
+# A project this large is searched only this far (in path order): the search must stay a
+# small part of a run even where no file trains in float16.
+MAX_FILES = 20_000
+
+
+def find_sign(data: bytes) -> Optional[Tuple[int, str, str]]:
+    """The first line of a file's bytes that trains in float16: (line number, what it does,
+    its scope: "all" or "matmul", as `TrainingPrecision.scope`).
+    Text in comments and strings does not count (a docstring that says `dtype=torch.float16`),
+    except a string that is the whole match (the option `"--fp16"`)."""
+    if not _ANY_SIGN.search(data):
+        return None
+    text = data.decode("utf-8", "replace")
+    quoted = _strings_and_comments(text)
+    if quoted is None:
+        return None  # not Python that tokenizes: nothing in it runs
+    best: Optional[Tuple[int, str, str]] = None
+    for pattern, reason, scope in _SIGNS:
+        for m in pattern.finditer(text):
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.end())
+            if "bfloat16" in text[start:end if end != -1 else len(text)]:
+                continue
+            if any(a <= m.start() < b and text[a:b] != m.group(0) for a, b in quoted):
+                continue
+            row = text.count("\n", 0, m.start()) + 1
+            if best is None or row < best[0]:
+                best = (row, reason, scope)
+            break
+    return best
+
+
+def _strings_and_comments(text: str) -> Optional[List[Tuple[int, int]]]:
+    """The character spans of the string literals and comments of `text`."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type in (tokenize.STRING, tokenize.COMMENT) or tok.type == getattr(tokenize, "FSTRING_START", -1):
+                (r0, c0), (r1, c1) = tok.start, tok.end
+                spans.append((starts[r0 - 1] + c0, starts[r1 - 1] + c1))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return spans
+
+
+def _is_test_file(name: str) -> bool:
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+
+
+def project_of(path: Path) -> Optional[Path]:
+    """The directory whose files say how `path`'s project trains (None: a loose script)."""
+    root = find_root(path)
+    if root is not None:
+        return root
+    if (path.parent / "__init__.py").is_file():
+        return _package_base(path)
+    return None
+
+
+class ProjectPrecisionFinder:
+    """Searches each project once per run (memoized by its directory)."""
+
+    def __init__(self) -> None:
+        self._found: Dict[str, Optional[TrainingPrecision]] = {}
+
+    def of(self, path: Path, settings: Settings) -> Optional[TrainingPrecision]:
+        project = project_of(Path(os.path.abspath(path)))
+        if project is None:
+            return None
+        key = str(project)
+        if key not in self._found:
+            self._found[key] = self._search(project, settings)
+        return self._found[key]
+
+    @staticmethod
+    def _search(project: Path, settings: Settings) -> Optional[TrainingPrecision]:
+        for file in project_files(project, settings):
+            try:
+                data = file.read_bytes()
+            except OSError:
+                continue
+            found = find_sign(data)
+            if found is not None:
+                row, what, scope = found
+                return TrainingPrecision("float16", f"{what} at {relative_display(file)}:{row}", scope)
+        return None
+
+
+def project_files(project: Path, settings: Settings) -> Iterator[Path]:
+    """The project's Python files that are searched, in the order a lint walks them: what
+    `nanlint check` would lint there (excludes and `.gitignore` honoured), less tests and
+    nested projects (a subdirectory with its own root marker), at most MAX_FILES."""
+    nested: Dict[Path, bool] = {project: False}
+
+    def inside_nested(directory: Path) -> bool:
+        if directory not in nested:
+            own = any((directory / m).exists() for m in ROOT_MARKERS)
+            nested[directory] = own or inside_nested(directory.parent)
+        return nested[directory]
+
+    seen = 0
+    for file in _walk(project, settings):
+        if file.suffix != ".py" or _is_test_file(file.name) or _TEST_DIRS & set(file.relative_to(project).parts[:-1]):
+            continue
+        if inside_nested(file.parent):
+            continue
+        seen += 1
+        if seen > MAX_FILES:
+            return
+        yield file
+
+
+def resolve(configured: Optional[str], path: Optional[Path], finder: Optional[ProjectPrecisionFinder],
+            settings: Settings) -> Optional[TrainingPrecision]:
+    """The precision a file is linted for: the config's where it names one ("fp32" means
+    none), else what its project's code shows (`finder`; None: nothing is searched)."""
+    if configured is not None:
+        return TrainingPrecision.from_config(configured)
+    if path is None or finder is None:
+        return None
+    return finder.of(path, settings)

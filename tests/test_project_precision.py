@@ -1,0 +1,159 @@
+"""`precision = "auto"`: a project whose trainer makes the model float16 gets its half-only
+hazards reported in the model's file, which shows no float16 itself
+(fixtures/projects/half_trainer, written for these tests: `train.py` calls `.half()`,
+`attention/layers.py` fills matmul scores with -1e9 and with an imported 1e9)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+from nanlint.cli import main
+from nanlint.config import Settings
+from nanlint.project import find_root
+from nanlint.project_precision import ProjectPrecisionFinder, find_sign, project_of
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ROOT / "fixtures" / "projects" / "half_trainer"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    target = tmp_path / "half_trainer"
+    shutil.copytree(PROJECT, target)
+    return target
+
+
+@pytest.fixture
+def check(monkeypatch, capsys, tmp_path):
+    """`nanlint check --output-format json` in `cwd` (a cache in tmp_path unless told
+    otherwise): the findings as (file, row, code, message)."""
+
+    def go(cwd: Path, *args: str) -> List[Tuple[str, int, str, str]]:
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            main(["check", "--output-format", "json", *args])
+        found = json.loads(capsys.readouterr().out)
+        return [(Path(d["filename"]).as_posix(), d["location"]["row"], d["code"], d["message"]) for d in found]
+
+    return go
+
+
+def _without_half(trainer: Path) -> None:
+    trainer.write_text(trainer.read_text().replace("    model = model.half()\n", "")
+                       .replace(", dtype=torch.float16", ""))
+
+
+def test_the_trainers_half_makes_the_models_fills_findings_citing_it(project, check):
+    found = check(project, "--no-cache", ".")
+    assert [(f, row, code) for f, row, code, _ in found] == [
+        ("attention/layers.py", 18, "NAN203"),  # `-MASK_VALUE`, imported from attention/consts.py
+        ("attention/layers.py", 30, "NAN203"),
+    ]
+    for *_, message in found:
+        assert "the project runs in float16 (a model made `.half()` at train.py:15)" in message
+    # The histogram filled with 1e9 (line 36) is no matmul output: float32 in any project.
+
+
+def test_a_file_linted_alone_still_sees_its_project(project, check):
+    found = check(project / "attention", "--no-cache", "layers.py")
+    assert [row for _, row, _, _ in found] == [18, 30]
+    where = f"a model made `.half()` at {project / 'train.py'}:15"  # outside the working directory: absolute
+    assert all(where in m for *_, m in found)
+
+
+def test_precision_fp32_in_the_config_turns_the_search_off(project, check):
+    (project / "pyproject.toml").write_text('[tool.nanlint]\nprecision = "fp32"\n')
+    assert check(project, "--no-cache", ".") == []
+
+
+def test_precision_fp16_in_the_config_is_cited_as_the_config(project, check):
+    _without_half(project / "train.py")
+    (project / "pyproject.toml").write_text('[tool.nanlint]\nprecision = "fp16"\n')
+    found = check(project, "--no-cache", ".")
+    assert [row for _, row, _, _ in found] == [18, 30]
+    assert all('(`precision = "fp16"` in the config)' in m for *_, m in found)
+
+
+def test_tests_comments_strings_and_nested_projects_are_not_evidence(project, check):
+    _without_half(project / "train.py")
+    # The tests run the model in half (tests/test_layers.py); these say float16 in words only.
+    (project / "notes.py").write_text(
+        '"""Call model.half() or pass dtype=torch.float16 to run in half precision."""\n'
+        "# scaler = torch.cuda.amp.GradScaler()\n"
+        'HELP = "use .half() for speed"\n'
+        "ctx = torch.autocast('cuda', dtype=torch.bfloat16)  # bfloat16: float32's range\n"
+    )
+    vendored = project / "third_party" / "other"
+    vendored.mkdir(parents=True)
+    (vendored / "setup.py").write_text("")
+    (vendored / "run.py").write_text("model = model.half()\n")
+    assert check(project, "--no-cache", "attention") == []
+
+
+SQUASH = """import torch
+
+
+def squash(t):
+    e = torch.clamp(-t / 0.01, min=-50, max=50)
+    return 1.0 / (1.0 + torch.exp(e))
+"""
+
+
+@pytest.mark.parametrize("trainer, reported", [
+    ("model = model.half()\n", True),  # every op in float16: exp(50) is inf there
+    ("scaler = torch.cuda.amp.GradScaler()\n", False),  # autocast runs exp in float32
+    ("model = model.float()\n", False),
+])
+def test_mixed_precision_keeps_exp_in_float32_a_half_model_does_not(tmp_path, check, trainer, reported):
+    (tmp_path / "setup.cfg").write_text("")
+    (tmp_path / "train.py").write_text("import torch\n" + trainer)
+    (tmp_path / "ops.py").write_text(SQUASH)
+    found = check(tmp_path, "--no-cache", "ops.py")
+    assert [code for _, _, code, _ in found] == (["NAN101"] if reported else [])
+
+
+def test_the_cache_relints_a_model_file_when_the_trainer_starts_using_half(project, check, tmp_path):
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    original = (project / "train.py").read_text()
+    _without_half(project / "train.py")
+    assert check(project, *cache, ".") == []
+    (project / "train.py").write_text(original)
+    assert [row for _, row, _, _ in check(project, *cache, ".")] == [18, 30]
+
+
+def test_a_loose_script_is_its_own_evidence(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    if find_root(scratch) is not None:
+        pytest.skip(f"a root marker above the temporary directory: {find_root(scratch)}")
+    script = scratch / "attend.py"
+    script.write_text("scores = scores.masked_fill(m, -1e9)\n")
+    (scratch / "other.py").write_text("model = model.half()\n")
+    assert project_of(script) is None  # no root marker, no package: nothing around it is searched
+    assert ProjectPrecisionFinder().of(script, Settings()) is None
+    (scratch / "__init__.py").write_text("")
+    assert project_of(script) == tmp_path  # a package: the folder above it is the project
+    found = ProjectPrecisionFinder().of(script, Settings())
+    assert found is not None and found.reason.endswith("other.py:1")
+
+
+def test_find_sign_reads_code_not_words():
+    assert find_sign(b"import torch\nnet = Net()\nnet = net.half()\n") == (3, "a model made `.half()`", "all")
+    assert find_sign(b"self.model = self.model.cuda().half()\n") == (1, "a model made `.half()`", "all")
+    assert find_sign(b"scaler = torch.cuda.amp.GradScaler()\n") == (
+        1, "a `GradScaler` (float16 mixed precision)", "matmul")
+    assert find_sign(b"with torch.autocast('cuda'):\n    pass\n") == (1, "CUDA autocast (float16)", "matmul")
+    assert find_sign(b"p.add_argument('--fp16', action='store_true')\n") == (1, "a `--fp16` option", "matmul")
+    # bfloat16 autocast has float32's range; casts for storage or inference say nothing of training.
+    assert find_sign(b"with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n    pass\n") is None
+    assert find_sign(b"w = torch.zeros(3, dtype=torch.float16)\nstate = {k: v.half() for k, v in sd.items()}\n") is None
+    # Words are not code.
+    assert find_sign(b"x = 1  # call model.half() here\n") is None
+    assert find_sign(b'"""Pass a GradScaler() to train in float16."""\n') is None
+    assert find_sign(b"model.half()\nx = (\n") is None  # does not tokenize: nothing in it runs
