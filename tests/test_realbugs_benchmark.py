@@ -141,3 +141,43 @@ def test_fetch_reads_a_bare_mirror_and_reports_hash_mismatches(tmp_path, capsys)
     mf.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
     assert fetch.main([str(mf), "--mirrors", str(mirrors), "--cache", str(cache)]) == 1
     assert "1 hash mismatches" in capsys.readouterr().out
+
+
+ATTEND = """import torch
+
+
+def attend(q, k, pad):
+    scores = q @ k.transpose(-2, -1)
+    scores = scores.masked_fill(pad, -1e9)
+    return scores.softmax(-1)
+"""
+
+
+def test_score_with_projects_lints_a_file_as_its_repository_does(tmp_path, capsys, monkeypatch):
+    work = tmp_path / "work"
+    (work / "pkg").mkdir(parents=True)
+    (work / "pkg" / "__init__.py").write_text("")
+    (work / "pkg" / "attend.py").write_text(ATTEND)
+    (work / "train.py").write_text("model = build()\nmodel = model.half()\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(work)]
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], check=True)
+    commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mirrors / "someone+sample" / "repo")], check=True)
+    entry = {**_entry(tmp_path, 6, "bug", text=ATTEND), "commit": commit, "path": "pkg/attend.py",
+             "category": "fp16-masked-fill"}
+    mf = tmp_path / "m.jsonl"
+    mf.write_text(json.dumps(entry) + "\n")
+    cache = tmp_path / "cache"
+    assert fetch.main([str(mf), "--mirrors", str(mirrors), "--cache", str(cache)]) == 0
+    monkeypatch.setattr(score, "PROJECTS", tmp_path / "projects")
+    capsys.readouterr()
+
+    def flagged(*extra):
+        assert score.main([str(mf), "--cache", str(cache), "--json", *extra]) == 0
+        return [o["codes"] for o in json.loads(capsys.readouterr().out)["lines"]]
+
+    assert flagged() == [[]]  # alone, the file shows no float16
+    assert flagged("--projects", str(mirrors)) == [["NAN203"]]  # its trainer makes the model half

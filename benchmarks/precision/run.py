@@ -126,6 +126,10 @@ def main() -> None:
     files: Counter = Counter()
     for p in packages:
         root = fetch(p)
+        # Each wheel is a project of its own: a root marker keeps nanlint's project search
+        # (`precision = "auto"`: does the project train in float16?) inside it, not in the
+        # checkout that holds .cache/.
+        (root / "setup.cfg").touch()
         n_files = linted_files(args.python, root, config)
         files[p["split"]] += n_files
         findings = lint(args.python, root, config, args.select)

@@ -3,12 +3,20 @@
     python benchmarks/realbugs/score.py                 # default rules
     python benchmarks/realbugs/score.py --select ALL    # every rule
     python benchmarks/realbugs/score.py --json          # machine-readable
+    python benchmarks/realbugs/score.py --projects /work/.mirror   # with each project's precision
 
 Run fetch.py first. nanlint is imported in-process from whatever `nanlint` the running
 Python finds (run it with another checkout's venv, or pass --nanlint-root, to score that
 checkout). A labelled line counts as flagged when a finding (any code, or one of the entry's
 "codes" when it lists some) starts or ends within the line range of the simple statement
 that contains it (the header only, for an if/for/while/with/def line).
+
+With `--projects MIRRORS`, each file is linted as `nanlint check` lints it inside its
+repository at that commit: the Python files and root markers of the commit are extracted
+from the bare git mirror (fetch.py's `--mirrors` layout) into `.projects/`, and the
+precision nanlint finds there (`precision = "auto"`: a trainer's `.half()`, a `GradScaler`)
+is the one the file is linted with. Without it, a file is linted alone (float32 unless it
+shows half precision itself, or `--precision` says so).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -74,6 +83,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--ignore", help="rule codes/prefixes to disable")
     ap.add_argument("--precision", choices=["float16", "bfloat16"], help="as the config's `precision`")
     ap.add_argument("--split", choices=[TUNE, TEST], help="score one half only")
+    ap.add_argument("--projects", metavar="MIRRORS",
+                    help="bare git mirrors: lint each file with the precision its repository shows")
     ap.add_argument("--nanlint-root", help="checkout whose nanlint package to import")
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
     ap.add_argument("-v", "--verbose", action="store_true", help="also list every labelled line's outcome")
@@ -109,7 +120,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if text is None:
             problems.append(f"not in the cache (run fetch.py): {repo}@{commit[:12]}:{path}")
             continue
-        result = engine.lint_source(path, text, rules, args.precision)
+        precision, imported = args.precision, None
+        if args.projects:
+            checkout = project_checkout(Path(args.projects), repo, commit)
+            imported = project_imports(checkout / path, text)
+            if precision is None:
+                precision = project_precision(checkout / path, settings)
+        result = engine.lint_source(path, text, rules, precision, imported=imported)
         for err in result.errors:
             problems.append(f"nanlint error on {repo}:{path}: {err}")
         tree = _parse(text)
@@ -160,6 +177,47 @@ def main(argv: Optional[List[str]] = None) -> int:
     for p in problems:
         print(f"warning: {p}", file=sys.stderr)
     return 0
+
+
+# Checkouts for --projects (git-ignored; apart from the cache, which holds only labelled files).
+PROJECTS = Path(__file__).resolve().parent / ".projects"
+
+
+def project_checkout(mirrors: Path, repo: str, commit: str) -> Path:
+    """The Python files and root markers of `repo` at `commit`, extracted once from its mirror."""
+    from fetch import mirror_dir
+
+    checkout = PROJECTS / repo.replace("/", "+") / commit
+    if not (checkout / ".done").exists():
+        git_dir = mirror_dir(mirrors, repo)
+        if git_dir is None:
+            raise SystemExit(f"no mirror of {repo} under {mirrors}")
+        checkout.mkdir(parents=True, exist_ok=True)
+        listed = subprocess.run(["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only", "-z", commit],
+                                capture_output=True, check=True).stdout.decode("utf-8", "replace").split("\0")
+        wanted = [f for f in listed if f.endswith(".py") or f.rsplit("/", 1)[-1] in ("pyproject.toml", "setup.cfg")]
+        archive = subprocess.run(["git", "--git-dir", str(git_dir), "archive", "--format=tar", commit, "--", *wanted],
+                                 capture_output=True, check=True)
+        subprocess.run(["tar", "x", "-C", str(checkout)], input=archive.stdout, check=True)
+        (checkout / ".git").mkdir(exist_ok=True)  # the repository's root, as in a clone
+        (checkout / ".done").touch()
+    return checkout
+
+
+def project_precision(file: Path, settings):
+    """The precision nanlint finds for `file` in its checkout (None: float32)."""
+    from nanlint.project_precision import ProjectPrecisionFinder
+
+    return ProjectPrecisionFinder().of(file, settings)
+
+
+def project_imports(file: Path, text: str):
+    """The project modules `file` imports, as `nanlint check` hands them to its lint."""
+    from nanlint.project import ProjectIndex
+
+    index = ProjectIndex()
+    index.note_content(file, text.encode("utf-8", "surrogateescape"))
+    return index.module_refs(file)
 
 
 def _cell() -> dict:
