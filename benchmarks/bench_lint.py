@@ -339,6 +339,8 @@ def phases(args: argparse.Namespace) -> None:
         root = Path(tmp) / "project"
         for src in roots:
             shutil.copytree(src, root / src.name, ignore=shutil.ignore_patterns(".complete"))
+            # Each package is a project of its own (`precision = "auto"` searches one package).
+            (root / src.name / "setup.cfg").touch()
         (root / "pyproject.toml").write_text("[tool.nanlint]\n")
         files = sorted(root.rglob("*.py"))
         lines = sum(p.read_bytes().count(b"\n") for p in files)

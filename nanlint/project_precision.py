@@ -17,12 +17,10 @@ not that training runs it so.
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import tokenize
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 from .config import Settings, relative_display
 from .files import _walk
@@ -34,7 +32,8 @@ from .project import ROOT_MARKERS, _package_base, find_root
 # `GradScaler`, an fp16 option, which trainers map to either) only its matmul-family outputs
 # ("matmul"). Casting weights or inputs for storage or inference (`.to(torch.float16)`,
 # `dtype=torch.float16`) says nothing of training and is not evidence, nor is bfloat16
-# autocast (float32's range): a line that names bfloat16 does not count.
+# autocast (float32's range) or autocast turned off: a line that names bfloat16 or says
+# `enabled=False` does not count.
 _MODEL = r"\b(?:self\.)?\w*(?:model|net|module|encoder|decoder|backbone|policy|generator|discriminator)\w*"
 _SIGNS: Tuple[Tuple["re.Pattern[str]", str, str], ...] = (
     (re.compile(_MODEL + r"(?:\.\w+\(\s*\))*\.half\(\s*\)", re.I), "a model made `.half()`", "all"),
@@ -53,24 +52,20 @@ MAX_FILES = 20_000
 
 def find_sign(data: bytes) -> Optional[Tuple[int, str, str]]:
     """The first line of a file's bytes that trains in float16: (line number, what it does,
-    its scope: "all" or "matmul", as `TrainingPrecision.scope`).
-    Text in comments and strings does not count (a docstring that says `dtype=torch.float16`),
-    except a string that is the whole match (the option `"--fp16"`)."""
+    its scope: "all" or "matmul", as `TrainingPrecision.scope`). Text in comments and strings
+    does not count (a docstring that says `model.half()`), except a string that is the whole
+    match (the option `"--fp16"`)."""
     if not _ANY_SIGN.search(data):
         return None
     text = data.decode("utf-8", "replace")
-    quoted = _strings_and_comments(text)
-    if quoted is None:
-        return None  # not Python that tokenizes: nothing in it runs
     best: Optional[Tuple[int, str, str]] = None
     for pattern, reason, scope in _SIGNS:
         for m in pattern.finditer(text):
             start = text.rfind("\n", 0, m.start()) + 1
             end = text.find("\n", m.end())
-            if "bfloat16" in text[start:end if end != -1 else len(text)]:
-                continue
-            if any(a <= m.start() < b and text[a:b] != m.group(0) for a, b in quoted):
-                continue
+            line = text[start:end if end != -1 else len(text)]
+            if "bfloat16" in line or "enabled=False" in line or _in_words(text, start, m.start()):
+                continue  # bfloat16 has float32's range; `autocast(enabled=False)` turns it off
             row = text.count("\n", 0, m.start()) + 1
             if best is None or row < best[0]:
                 best = (row, reason, scope)
@@ -78,20 +73,19 @@ def find_sign(data: bytes) -> Optional[Tuple[int, str, str]]:
     return best
 
 
-def _strings_and_comments(text: str) -> Optional[List[Tuple[int, int]]]:
-    """The character spans of the string literals and comments of `text`."""
-    starts = [0]
-    for line in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
-    spans = []
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type in (tokenize.STRING, tokenize.COMMENT) or tok.type == getattr(tokenize, "FSTRING_START", -1):
-                (r0, c0), (r1, c1) = tok.start, tok.end
-                spans.append((starts[r0 - 1] + c0, starts[r1 - 1] + c1))
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return None
-    return spans
+def _in_words(text: str, line_start: int, pos: int) -> bool:
+    """`pos` is inside a comment or a string: a `#` or an open quote before it on its line, or
+    an odd number of triple quotes before it in the file (a docstring). Approximate (an
+    escaped quote can fool it) but linear: the search reads whole projects on every run."""
+    if text.count('"""', 0, pos) % 2 or text.count("'''", 0, pos) % 2:
+        return True
+    quote = None
+    for ch in text[line_start:pos]:
+        if quote is None and ch == "#":
+            return True
+        if ch in "\"'":
+            quote = None if quote == ch else (ch if quote is None else quote)
+    return quote is not None
 
 
 def _is_test_file(name: str) -> bool:
@@ -101,11 +95,11 @@ def _is_test_file(name: str) -> bool:
 def project_of(path: Path) -> Optional[Path]:
     """The directory whose files say how `path`'s project trains (None: a loose script)."""
     root = find_root(path)
-    if root is not None:
-        return root
-    if (path.parent / "__init__.py").is_file():
-        return _package_base(path)
-    return None
+    if root is None and (path.parent / "__init__.py").is_file():
+        root = _package_base(path)
+    if root is not None and root.name in ("site-packages", "dist-packages"):
+        return None  # an installed package: its neighbours are other projects
+    return root
 
 
 class ProjectPrecisionFinder:

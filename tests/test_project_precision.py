@@ -141,6 +141,10 @@ def test_a_loose_script_is_its_own_evidence(tmp_path):
     assert project_of(script) == tmp_path  # a package: the folder above it is the project
     found = ProjectPrecisionFinder().of(script, Settings())
     assert found is not None and found.reason.endswith("other.py:1")
+    installed = tmp_path / "site-packages" / "pkg"
+    installed.mkdir(parents=True)
+    (installed / "__init__.py").write_text("")
+    assert project_of(installed / "mod.py") is None  # an installed package: not a project to search
 
 
 def test_find_sign_reads_code_not_words():
@@ -152,8 +156,19 @@ def test_find_sign_reads_code_not_words():
     assert find_sign(b"p.add_argument('--fp16', action='store_true')\n") == (1, "a `--fp16` option", "matmul")
     # bfloat16 autocast has float32's range; casts for storage or inference say nothing of training.
     assert find_sign(b"with torch.autocast(device_type='cuda', dtype=torch.bfloat16):\n    pass\n") is None
+    assert find_sign(b"with torch.cuda.amp.autocast(enabled=False):\n    y = x.float()\n") is None
     assert find_sign(b"w = torch.zeros(3, dtype=torch.float16)\nstate = {k: v.half() for k, v in sd.items()}\n") is None
     # Words are not code.
     assert find_sign(b"x = 1  # call model.half() here\n") is None
     assert find_sign(b'"""Pass a GradScaler() to train in float16."""\n') is None
-    assert find_sign(b"model.half()\nx = (\n") is None  # does not tokenize: nothing in it runs
+    assert find_sign(b'HELP = "call model.half() first"\nx = 1\n') is None
+    assert find_sign(b"a = '#'; net = net.half()\n") == (1, "a model made `.half()`", "all")  # a quoted '#'
+
+
+def test_the_editor_sees_the_projects_precision(project):
+    from nanlint.server.edits import lint_document
+
+    layers = project / "attention" / "layers.py"
+    linted = lint_document(layers, layers.read_text())
+    assert [(d.start.row, d.code) for d in linted.diagnostics] == [(18, "NAN203"), (30, "NAN203")]
+    assert all("a model made `.half()` at" in d.message for d in linted.diagnostics)

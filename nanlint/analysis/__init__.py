@@ -19,8 +19,6 @@ visible call trusted and defaults filled in (`probe_analysis`).
 
 from __future__ import annotations
 
-import math
-
 import re
 from dataclasses import dataclass, field, replace
 from typing import Dict, NamedTuple, Optional, Tuple
@@ -31,7 +29,7 @@ from ..context import FileContext, dotted_name
 from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput
 from .flow import Env, FileAnalysis
-from . import transfer
+from . import imports, summaries, transfer
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join
 from .batches import single_sample_batch
 
@@ -84,10 +82,26 @@ _ZERO_REASONS = ("a softmax output", "a sigmoid output", "a ReLU output", "clamp
                  "1 - a probability", "a ratio of counts")
 
 
-def constant(ctx: FileContext, expr: cst.BaseExpression) -> Optional[float]:
-    """The one number `expr` is here (a module constant, imported ones too), or None."""
-    v = value(ctx, expr)
-    return v.lo if v.lo == v.hi and math.isfinite(v.lo) else None
+def imported_constant(ctx: FileContext, expr: cst.BaseExpression) -> Optional[float]:
+    """The number `expr` is where it names a module constant imported from the project
+    (`-NEAR_INF`, `from .utils import NEAR_INF`), found without running the flow (a rule may
+    ask at every `torch.where`)."""
+    expr = strip_parens(expr)
+    sign = 1.0
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        sign, expr = -1.0, strip_parens(expr.expression)
+    if not isinstance(expr, cst.Name) or not getattr(ctx, "imported", None):
+        return None
+    if any(expr.value in scope.bindings for scope in ctx.scopes[1:]):
+        return None  # a local name hides the import
+    names = getattr(ctx, "_imported_names", None)
+    if names is None:
+        names = ctx._imported_names = imports.ImportedNames(ctx.module, ctx.imported)
+    member = names.member_of(expr.value)
+    data = names.constant(member) if member is not None else None
+    if data is None:
+        return None
+    return sign * summaries.value_from_data({"lo": data["value"]}, "").lo
 
 
 def excludes_zero(ctx: FileContext, expr: cst.BaseExpression) -> bool:

@@ -115,6 +115,19 @@ class ImportedNames:
                 self._data[member] = found if isinstance(found, dict) else None
         return self._data[member]
 
+    def constant(self, member: Member) -> Optional[Dict[str, Any]]:
+        """The member's summary if it is a module constant. Cheaper than `data`: a name that
+        is only referenced (not called) must not cost its class or function a summary."""
+        module, name = member
+        source = self.imported.get(module)
+        if isinstance(source, summaries.ModuleRef):
+            found = summaries.STORE.constant(source, name)
+            if found is not None:
+                self._origin[member] = source.display
+            return found
+        data = self.data(member)
+        return data if data and data.get("kind") == "constant" else None
+
     def display(self, member: Member) -> str:
         """How evidence names the file a member's summary came from."""
         self.data(member)
@@ -251,8 +264,8 @@ def name_value(fa, name: str) -> Optional[Value]:
     member = names.member_of(name) if names is not None else None
     if member is None:
         return None
-    data = names.data(member)
-    if not data or data.get("kind") != "constant":
+    data = names.constant(member)
+    if data is None:
         return None
     number = summaries.value_from_data({"lo": data["value"]}, "").lo
     where = f"{names.display(member)}:{data.get('line', 0)}"

@@ -292,18 +292,30 @@ _NUMBER = r"[-+]?(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eE][-+]?\d+)?"
 def constant_data(text: str, name: str) -> Optional[Dict[str, Any]]:
     """A module-level number assigned once in `text` (`NEAR_INF = 1e20`), as summary data:
     a dependent's `-NEAR_INF` is then a known value. Read from the text, without parsing."""
-    assigned = list(re.finditer(rf"^{re.escape(name)}[ \t]*(?::[^=\n]+)?=(?!=)[ \t]*([^\n]*)", text, re.M))
-    if len(assigned) != 1:
-        return None  # not assigned at module level, or reassigned: no one value
-    m = re.fullmatch(rf"({_NUMBER})[ \t]*(?:#.*)?", assigned[0].group(1).rstrip())
-    if m is None:
-        return None
-    try:
-        number = float(m.group(1).replace("_", ""))
-    except ValueError:
-        return None
-    line = text.count("\n", 0, assigned[0].start()) + 1
-    return {"kind": "constant", "value": _number_to_data(number), "line": line}
+    return module_constants(text).get(name)
+
+
+_ASSIGNED = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]+)?=(?!=)[ \t]*([^\n]*)", re.M)
+
+
+def module_constants(text: str) -> Dict[str, Dict[str, Any]]:
+    """Every module-level name of `text` assigned exactly once, to a number."""
+    seen: Dict[str, Optional[Dict[str, Any]]] = {}
+    for m in _ASSIGNED.finditer(text):
+        name = m.group(1)
+        if name in seen:
+            seen[name] = None  # reassigned: no one value
+            continue
+        number = re.fullmatch(rf"({_NUMBER})[ \t]*(?:#.*)?", m.group(2).rstrip())
+        value = None
+        if number is not None:
+            try:
+                value = float(number.group(1).replace("_", ""))
+            except ValueError:
+                value = None
+        seen[name] = None if value is None else {
+            "kind": "constant", "value": _number_to_data(value), "line": text.count("\n", 0, m.start()) + 1}
+    return {k: v for k, v in seen.items() if v is not None}
 
 
 def module_data(fa, display: str, names=None) -> Dict[str, Any]:
@@ -411,6 +423,7 @@ class SummaryStore:
         self._stored: Dict[Tuple[str, str], Dict[str, Any]] = {}
         self._caches: Dict[str, Any] = {}
         self._halves: Dict[Tuple[str, str], Dict[str, str]] = {}
+        self._constants: Dict[Tuple[str, str], Dict[str, Dict[str, Any]]] = {}
         self.computed = 0  # names summarized by this process (for tests and benchmarks)
 
     def get(self, ref: ModuleRef, name: str) -> Optional[Dict[str, Any]]:
@@ -458,6 +471,16 @@ class SummaryStore:
             names[name] = found
             self._store(ref, names)
         return found
+
+    def constant(self, ref: ModuleRef, name: str) -> Optional[Dict[str, Any]]:
+        """`name`'s summary where it is a module constant of the file, read from its text
+        alone: asking for a name that is a function or class computes nothing."""
+        key = (ref.path, ref.content)
+        constants = self._constants.get(key)
+        if constants is None:
+            entry = self._source(ref)
+            constants = self._constants[key] = module_constants(entry["text"]) if entry is not None else {}
+        return constants.get(name)
 
     def _source(self, ref: ModuleRef) -> Optional[Dict[str, Any]]:
         """The file's text (and its syntax tree once parsed), for the last few files."""

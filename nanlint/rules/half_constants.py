@@ -728,7 +728,7 @@ the finding has no fix. A positive fill beyond 65504 becomes `torch.finfo(x.dtyp
 def _big(ctx: FileContext, node: cst.BaseExpression) -> Optional[float]:
     value = constant_value(ctx, node)
     if value is None:
-        value = analysis.constant(ctx, node)  # also a constant imported from the project
+        value = analysis.imported_constant(ctx, node)  # `-NEAR_INF` from the project's utils
     if value is None or value != value or abs(value) == float("inf"):
         return None
     return value if abs(value) > FP16_MAX else None
