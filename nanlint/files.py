@@ -32,7 +32,7 @@ def discover(paths: Sequence[str], settings: Settings) -> List[Path]:
                 continue
             candidates: Iterator[Path] = iter([p])
         else:
-            candidates = _walk(p, settings)
+            candidates = walk(p, settings)
         for f in candidates:
             key = os.path.normcase(os.path.abspath(f))
             if key not in seen:
@@ -42,7 +42,9 @@ def discover(paths: Sequence[str], settings: Settings) -> List[Path]:
     return found
 
 
-def _walk(root: Path, settings: Settings) -> Iterator[Path]:
+def walk(root: Path, settings: Settings) -> Iterator[Path]:
+    """The files a lint of the directory `root` reads, in order (excludes and `.gitignore`
+    honoured; a directory's files, sorted, before its subdirectories)."""
     ignored = _git_ignored(root) if settings.respect_gitignore else set()
     for directory, dirnames, filenames in os.walk(root):
         d = Path(directory)

@@ -76,7 +76,7 @@ def find_root(path: Path) -> Optional[Path]:
     return None
 
 
-def _package_base(file: Path) -> Path:
+def package_base(file: Path) -> Path:
     """The directory that must be on sys.path for `file`'s package to import: the first
     directory above it without an `__init__.py`."""
     directory = file.parent
@@ -214,7 +214,7 @@ class ProjectIndex:
         if known is not None:
             return known
         # A package module's own directory is not on sys.path (no implicit relative imports).
-        roots = [str(_package_base(Path(key)))]
+        roots = [str(package_base(Path(key)))]
         root = self._root_key(key)
         if root is not None:
             roots += [root, os.path.join(root, "src")]

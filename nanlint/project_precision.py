@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Dict, Iterator, Optional, Tuple
 
 from .config import Settings, relative_display
-from .files import _walk
+from .files import walk
 from .precision import TrainingPrecision
-from .project import ROOT_MARKERS, _package_base, find_root
+from .project import ROOT_MARKERS, find_root, package_base
 
 # Code that trains a model in float16, and how much of it runs in float16: a model made
 # `.half()` computes everything in float16 ("all"); mixed precision (autocast, a
@@ -96,7 +96,7 @@ def project_of(path: Path) -> Optional[Path]:
     """The directory whose files say how `path`'s project trains (None: a loose script)."""
     root = find_root(path)
     if root is None and (path.parent / "__init__.py").is_file():
-        root = _package_base(path)
+        root = package_base(path)
     if root is not None and root.name in ("site-packages", "dist-packages"):
         return None  # an installed package: its neighbours are other projects
     return root
@@ -144,7 +144,7 @@ def project_files(project: Path, settings: Settings) -> Iterator[Path]:
         return nested[directory]
 
     seen = 0
-    for file in _walk(project, settings):
+    for file in walk(project, settings):
         if file.suffix != ".py" or _is_test_file(file.name) or _TEST_DIRS & set(file.relative_to(project).parts[:-1]):
             continue
         if inside_nested(file.parent):

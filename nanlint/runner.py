@@ -128,7 +128,7 @@ def run(
 
 def _precision_key(precision: Optional[TrainingPrecision]) -> Optional[List[str]]:
     """The precision in a cache slot: a file's result depends on it and on its evidence."""
-    return [precision.dtype, precision.reason] if precision is not None else None
+    return [precision.dtype, precision.scope, precision.reason] if precision is not None else None
 
 
 def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
