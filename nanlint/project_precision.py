@@ -35,15 +35,18 @@ from .project import ROOT_MARKERS, find_root, package_base
 # autocast (float32's range) or autocast turned off: a line that names bfloat16 or says
 # `enabled=False` does not count.
 _MODEL = r"\b(?:self\.)?\w*(?:model|net|module|encoder|decoder|backbone|policy|generator|discriminator)\w*"
-_SIGNS: Tuple[Tuple["re.Pattern[str]", str, str], ...] = (
-    (re.compile(_MODEL + r"(?:\.\w+\(\s*\))*\.half\(\s*\)", re.I), "a model made `.half()`", "all"),
-    (re.compile(r"\bGradScaler\s*\("), "a `GradScaler` (float16 mixed precision)", "matmul"),
-    (re.compile(r"\bcuda\.amp\.autocast\s*\("), "CUDA autocast (float16)", "matmul"),
-    (re.compile(r"\bautocast\s*\(\s*(?:device_type\s*=\s*)?['\"]cuda['\"]"), "CUDA autocast (float16)", "matmul"),
-    (re.compile(r"\bmixed_precision\s*=\s*['\"]fp16['\"]"), "`mixed_precision=\"fp16\"`", "matmul"),
-    (re.compile(r"['\"]--fp16['\"]"), "a `--fp16` option", "matmul"),
+# (a substring every match contains, checked first: most files have none; the pattern;
+# what it says; its scope)
+_SIGNS: Tuple[Tuple[str, "re.Pattern[str]", str, str], ...] = (
+    (".half(", re.compile(_MODEL + r"(?:\.\w+\(\s*\))*\.half\(\s*\)", re.I), "a model made `.half()`", "all"),
+    ("GradScaler", re.compile(r"\bGradScaler\s*\("), "a `GradScaler` (float16 mixed precision)", "matmul"),
+    ("autocast", re.compile(r"\bcuda\.amp\.autocast\s*\("), "CUDA autocast (float16)", "matmul"),
+    ("autocast", re.compile(r"\bautocast\s*\(\s*(?:device_type\s*=\s*)?['\"]cuda['\"]"), "CUDA autocast (float16)",
+     "matmul"),
+    ("fp16", re.compile(r"\bmixed_precision\s*=\s*['\"]fp16['\"]"), "`mixed_precision=\"fp16\"`", "matmul"),
+    ("--fp16", re.compile(r"['\"]--fp16['\"]"), "a `--fp16` option", "matmul"),
 )
-_ANY_SIGN = re.compile(rb"half\(|GradScaler|autocast|float16|torch\.half|fp16")
+_NEEDLES = tuple(sorted({needle.encode() for needle, *_ in _SIGNS}))
 _TEST_DIRS = {"test", "tests", "testing", "unittests"}
 # A project this large is searched only this far (in path order): the search must stay a
 # small part of a run even where no file trains in float16.
@@ -55,21 +58,28 @@ def find_sign(data: bytes) -> Optional[Tuple[int, str, str]]:
     its scope: "all" or "matmul", as `TrainingPrecision.scope`). Text in comments and strings
     does not count (a docstring that says `model.half()`), except a string that is the whole
     match (the option `"--fp16"`)."""
-    if not _ANY_SIGN.search(data):
-        return None
+    if not any(needle in data for needle in _NEEDLES):
+        return None  # nearly every file: one substring search each, no decoding
     text = data.decode("utf-8", "replace")
     best: Optional[Tuple[int, str, str]] = None
-    for pattern, reason, scope in _SIGNS:
-        for m in pattern.finditer(text):
-            start = text.rfind("\n", 0, m.start()) + 1
-            end = text.find("\n", m.end())
-            line = text[start:end if end != -1 else len(text)]
-            if "bfloat16" in line or "enabled=False" in line or _in_words(text, start, m.start()):
-                continue  # bfloat16 has float32's range; `autocast(enabled=False)` turns it off
-            row = text.count("\n", 0, m.start()) + 1
-            if best is None or row < best[0]:
-                best = (row, reason, scope)
-            break
+    for needle, pattern, reason, scope in _SIGNS:
+        at = text.find(needle)
+        while at != -1:
+            # Only the lines holding the needle are matched (a pattern over the whole text
+            # would try every word of it).
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end == -1 else end
+            line = text[start:end]
+            m = pattern.search(line)
+            # bfloat16 has float32's range; `autocast(enabled=False)` turns autocast off.
+            if m and "bfloat16" not in line and "enabled=False" not in line \
+                    and not _in_words(text, start, start + m.start()):
+                row = text.count("\n", 0, start) + 1
+                if best is None or row < best[0]:
+                    best = (row, reason, scope)
+                break
+            at = text.find(needle, end)
     return best
 
 
@@ -103,13 +113,23 @@ def project_of(path: Path) -> Optional[Path]:
 
 
 class ProjectPrecisionFinder:
-    """Searches each project once per run (memoized by its directory)."""
+    """Searches each project once per run (memoized by its directory). Files the run has
+    read already are given to `note`, so the search reads only the others."""
 
     def __init__(self) -> None:
         self._found: Dict[str, Optional[TrainingPrecision]] = {}
+        self._projects: Dict[str, Optional[Path]] = {}  # a file's folder -> its project
+        self._signs: Dict[str, Optional[Tuple[int, str, str]]] = {}  # absolute path -> find_sign
+
+    def note(self, path: Path, data: bytes) -> None:
+        self._signs[os.path.abspath(path)] = find_sign(data)
 
     def of(self, path: Path, settings: Settings) -> Optional[TrainingPrecision]:
-        project = project_of(Path(os.path.abspath(path)))
+        path = Path(os.path.abspath(path))
+        folder = str(path.parent)
+        if folder not in self._projects:
+            self._projects[folder] = project_of(path)
+        project = self._projects[folder]
         if project is None:
             return None
         key = str(project)
@@ -117,14 +137,16 @@ class ProjectPrecisionFinder:
             self._found[key] = self._search(project, settings)
         return self._found[key]
 
-    @staticmethod
-    def _search(project: Path, settings: Settings) -> Optional[TrainingPrecision]:
+    def _search(self, project: Path, settings: Settings) -> Optional[TrainingPrecision]:
         for file in project_files(project, settings):
-            try:
-                data = file.read_bytes()
-            except OSError:
-                continue
-            found = find_sign(data)
+            key = os.path.abspath(file)
+            if key in self._signs:
+                found = self._signs[key]
+            else:
+                try:
+                    found = find_sign(file.read_bytes())
+                except OSError:
+                    continue
             if found is not None:
                 row, what, scope = found
                 return TrainingPrecision("float16", f"{what} at {relative_display(file)}:{row}", scope)

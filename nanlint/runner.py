@@ -50,27 +50,40 @@ def run(
     index = ProjectIndex(summarize, summary_cache=cache)
     cache_dir = str(cache.directory) if cache is not None else None
     precisions = ProjectPrecisionFinder()
+    digests: Dict[int, str] = {}
+    for i, path in enumerate(files):
+        # First every file's bytes once: the precision search then reads only the project
+        # files this run does not lint (a file's precision is part of its cache slot).
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue  # reported when the file is linted
+        digests[i] = hashlib.sha256(data).hexdigest()
+        precisions.note(path, data)
     tasks = []
     entries: Dict[int, Tuple[str, Optional[Dict]]] = {}  # task index -> (cache slot, its entry)
     for i, path in enumerate(files):
         task = FileTask(i, str(path), relative_display(path), tuple(settings.rules_for(path, rules)),
                         precision=resolve_precision(settings.precision, path, precisions, settings))
-        try:
-            data = path.read_bytes()
-        except OSError:
-            pass  # reported when the file is linted
-        else:
-            task.size = len(data)
-            digest = hashlib.sha256(data).hexdigest()
-            imports = None
-            if cache is not None:
-                # The entry is read once, here: it holds the result and, for unchanged
-                # bytes, their imports (scanning every file is most of a warm run).
-                slot = Cache.slot(path, task.display, [[r.code for r in task.rules], _precision_key(task.precision)])
-                entries[i] = (slot, cache.entry(slot))
-                imports = imports_of_entry(entries[i][1], digest)
-            index.note_content(path, data, imports, digest)
         tasks.append(task)
+        if i not in digests:
+            continue
+        digest = digests[i]
+        imports = None
+        if cache is not None:
+            # The entry is read once, here: it holds the result and, for unchanged
+            # bytes, their imports (scanning every file is most of a warm run).
+            slot = Cache.slot(path, task.display, [[r.code for r in task.rules], _precision_key(task.precision)])
+            entries[i] = (slot, cache.entry(slot))
+            imports = imports_of_entry(entries[i][1], digest)
+        try:
+            task.size = path.stat().st_size
+            data = path.read_bytes() if imports is None else b""
+        except OSError:
+            continue  # reported when the file is linted
+        if imports is None:
+            digest = hashlib.sha256(data).hexdigest()  # what is scanned is what is hashed
+        index.note_content(path, data, imports, digest)
 
     outcomes: Dict[int, FileOutcome] = {}
     keys: Dict[int, Tuple[str, str]] = {}  # task index -> (cache slot, dependency fingerprint)
