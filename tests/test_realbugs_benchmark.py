@@ -118,10 +118,13 @@ def test_score_honours_expected_codes_and_skips_hash_mismatches(tmp_path, capsys
     assert any("does not hash" in p for p in out["problems"])
 
 
-def test_fetch_reads_a_bare_mirror_and_reports_hash_mismatches(tmp_path, capsys):
+def _bare_mirror(tmp_path, files):
+    """A one-commit repository of `files` (path -> text) as a bare mirror of someone/sample in
+    the fetch tool's layout: (the mirrors folder, the commit)."""
     work = tmp_path / "work"
-    (work / "pkg").mkdir(parents=True)
-    (work / "pkg" / "loss.py").write_text(SAMPLE)
+    for path, text in files.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(work)]
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     subprocess.run(git + ["add", "."], check=True)
@@ -129,6 +132,11 @@ def test_fetch_reads_a_bare_mirror_and_reports_hash_mismatches(tmp_path, capsys)
     commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     mirrors = tmp_path / "mirrors"
     subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mirrors / "someone+sample" / "repo")], check=True)
+    return mirrors, commit
+
+
+def test_fetch_reads_a_bare_mirror_and_reports_hash_mismatches(tmp_path, capsys):
+    mirrors, commit = _bare_mirror(tmp_path, {"pkg/loss.py": SAMPLE})
 
     good = {**_entry(tmp_path, 8, "bug"), "commit": commit}
     bad = {**_entry(tmp_path, 9, "safe"), "commit": commit, "sha256": "f" * 64}
@@ -154,18 +162,8 @@ def attend(q, k, pad):
 
 
 def test_score_with_projects_lints_a_file_as_its_repository_does(tmp_path, capsys, monkeypatch):
-    work = tmp_path / "work"
-    (work / "pkg").mkdir(parents=True)
-    (work / "pkg" / "__init__.py").write_text("")
-    (work / "pkg" / "attend.py").write_text(ATTEND)
-    (work / "train.py").write_text("model = build()\nmodel = model.half()\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(work)]
-    subprocess.run(["git", "init", "-q", str(work)], check=True)
-    subprocess.run(git + ["add", "."], check=True)
-    subprocess.run(git + ["commit", "-qm", "x"], check=True)
-    commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    mirrors = tmp_path / "mirrors"
-    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mirrors / "someone+sample" / "repo")], check=True)
+    mirrors, commit = _bare_mirror(tmp_path, {
+        "pkg/__init__.py": "", "pkg/attend.py": ATTEND, "train.py": "model = build()\nmodel = model.half()\n"})
     entry = {**_entry(tmp_path, 6, "bug", text=ATTEND), "commit": commit, "path": "pkg/attend.py",
              "category": "fp16-masked-fill"}
     mf = tmp_path / "m.jsonl"
