@@ -439,8 +439,9 @@ class SummaryStore:
         if entry is None:
             return None
         if not _defines(entry["text"], name):
-            # Not a top-level def or class there (an import, a constant): nothing to parse.
-            found = constant_data(entry["text"], name)
+            # Not a top-level def or class there (an import, a constant): nothing to parse;
+            # the file's constants are read once for all its names.
+            found = self.constant(ref, name)
             self._memo[key] = found
             if names is not None:
                 names[name] = found
