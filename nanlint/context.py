@@ -285,6 +285,10 @@ class FileContext:
     def is_local(self, node: cst.BaseExpression) -> bool:
         return isinstance(node, cst.Name) and node.value in self.scope.bindings
 
+    def enclosing_function(self) -> Optional[cst.FunctionDef]:
+        """The innermost `def` around the node being visited, or None at module level."""
+        return next((n for n in reversed(self.stack) if isinstance(n, cst.FunctionDef)), None)
+
     def statements_after(self, count: int) -> Tuple[List[str], str]:
         """For the simple statement being visited: the names it assigns (`v`, `self.v`, and an
         augmented target) and the code of the next `count` statements of its block. Rules
@@ -315,14 +319,6 @@ class FileContext:
         if position is None:
             return [], ""
         return names, "".join(node_code(stmt) for stmt in body[position + 1: position + 1 + count])
-
-    def result_checked_after(self, pattern: str, count: int) -> bool:
-        """Whether a name the current statement assigns matches `pattern` (a regex with a
-        `{name}` slot, such as log_eps._HANDLED) in the next `count` statements."""
-        import re
-
-        names, following = self.statements_after(count)
-        return any(re.search(pattern.format(name=re.escape(n)), following) for n in names)
 
     def constant(self, name: str) -> Optional[float]:
         return self.constants.get(name)

@@ -8,6 +8,7 @@
     analysis.no_gradient(ctx, expr)        # why no gradient reaches expr (no_grad, detach, ...)
     analysis.single_sample_batch(ctx, x)   # x is a mini-batch whose last one can hold 1 sample
     analysis.summarize_module(ctx)         # picklable summaries for a project index
+    repairs.repaired_after(ctx, NEG_INF)   # the -inf/NaN assigned here is tested or replaced next
 
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
 it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values
@@ -171,7 +172,7 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     env, v = _at_node(ctx, expr)
     why = env.nograd or v.nograd
     if why is None:
-        fn = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+        fn = ctx.enclosing_function()
         turned_on = any(isinstance(n, cst.With) and any(fa.grad_mode(i.item) for i in n.items) for n in ctx.stack)
         if fn is not None and not turned_on:  # `with torch.enable_grad():` inside it: on again
             why = fa.callsites.only_without_autograd(fn)

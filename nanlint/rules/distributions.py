@@ -13,6 +13,7 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from .. import analysis
+from ..analysis import repairs
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import can_be_zero, dtype_witness, is_guarded, probability_source
@@ -463,17 +464,6 @@ def _is_one_minus(ctx: FileContext, node: cst.BaseExpression, p: cst.BaseExpress
     return op is not None and number_value(strip_parens(op.args[0])) == 1.0 and _same(op.args[1], p)
 
 
-_MASKING = r"(?:masked_fill_?|where|nan_to_num_?|isfinite|isinf)\s*\([^\n]*\b{name}\b|\b{name}\s*\.\s*(?:masked_fill_?|nan_to_num_?)\s*\("
-
-
-def _masked_afterwards(ctx: FileContext) -> bool:
-    """`v = <expr>` followed, within the next three statements of the same block, by a
-    repair of `v` (`v.masked_fill(~valid, inf)`, `torch.where(valid, v, ...)`,
-    `torch.nan_to_num(v)`): DETR-style anchor logits computed for every anchor and then
-    replaced where they are out of range."""
-    return ctx.result_checked_after(_MASKING, 3)
-
-
 class LogitByHand(Rule):
     code = "NAN115"
     untuned_precision = (
@@ -549,7 +539,7 @@ without a fix.
             return
         if analysis.inside_zero_one(ctx, p) is not None:
             return  # drawn or mapped strictly inside (0, 1): the logit is finite
-        if _masked_afterwards(ctx):
+        if repairs.repaired_after(ctx, repairs.OUT_OF_RANGE):
             return
         canonical = ctx.canonical(p)
         text = node_code(canonical)
@@ -729,7 +719,7 @@ def _assigned_here(ctx: FileContext, attr: cst.Attribute) -> Optional[cst.BaseEx
     """The value last assigned to the attribute chain `attr` (`self.logvar = ...`) by a
     top-level statement of the enclosing function before the current one, else None."""
     chain = node_code(attr)
-    function = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+    function = ctx.enclosing_function()
     if function is None or not isinstance(function.body, cst.IndentedBlock):
         return None
     current = next((n for n in ctx.stack if n in function.body.body), None)

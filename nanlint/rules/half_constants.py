@@ -17,6 +17,7 @@ from typing import Dict, Optional, Tuple
 import libcst as cst
 
 from .. import analysis
+from ..analysis import repairs
 from ..context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args
 from ..ranges import FP16_ROUNDS_TO_ZERO, dtype_witness, pass_through
@@ -173,7 +174,7 @@ def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_o
     A visible float32 cast ends the question."""
     region = ctx.precision.in_autocast
     lowp = False
-    function = _function_node(ctx)
+    function = ctx.enclosing_function()
     function_code = node_code(function) if function is not None else ""
     for source in _dtype_sources(ctx, tensor, region is not None):
         if region is not None and region.effective_dtype == "float16" and _lowp_output(ctx, source, 1):
@@ -277,6 +278,9 @@ def _consumer(ctx: FileContext, guarded: cst.BaseExpression) -> Optional[cst.Bas
 _SQRT_EPS_FLOOR = {"sqrt": 5.83e-11, "rsqrt": 2.34e-10}
 
 
+_LOG_KINDS = ("log", "log2", "log10")
+
+
 def _consumer_kind(ctx: FileContext, consumer: cst.BaseExpression) -> Optional[str]:
     if isinstance(consumer, cst.Call):
         full = ctx.qualname(consumer.func)
@@ -369,13 +373,6 @@ def _probe_pair(ctx: FileContext, whole: cst.BaseExpression, part: cst.BaseExpre
     return ctx.expression_probe(original, fixed, domains)
 
 
-def _function_node(ctx: FileContext) -> Optional[cst.FunctionDef]:
-    for node in reversed(ctx.stack):
-        if isinstance(node, cst.FunctionDef):
-            return node
-    return None
-
-
 # --------------------------------------------------------------------------- NAN202
 
 
@@ -417,7 +414,11 @@ not reported. The guard must be visible in the expression that needs it
 (`torch.log(x + 1e-10)`, `a / (n + 1e-12)`, `x / n.clamp(min=1e-12)`); optimizer eps
 (`Adam(eps=1e-8)`) is NAN404's. `sqrt(x + eps)` with eps below 5.8e-11 (and `rsqrt` below
 2.3e-10) is not reported: there even a surviving epsilon overflows float16 (the gradient
-0.5/sqrt(eps), the rsqrt itself), so the literal is not what breaks.
+0.5/sqrt(eps), the rsqrt itself), so the literal is not what breaks. Nor is a log whose -inf
+the next statements test or replace (`torch.isfinite(v)`, `nan_to_num`, `v[v == -inf] = 0`)
+or floor at a dynamic range below its maximum, as log spectrograms do
+(`torch.maximum(v, v.max() - 8.0)`); a clamp of the log itself (`log(x + 1e-10).clamp(min=-100)`)
+is still reported, since its gradient at 0 is 0 * inf = NaN.
 
 Half precision is also seen where the file shows it elsewhere: a class whose instance is
 made `.half()` (`model = Net().half()`: every tensor in its methods is float16), or a
@@ -566,6 +567,8 @@ expression in float32 instead.
             # Below this even a surviving epsilon overflows float16 (the sqrt gradient
             # 0.5/sqrt(eps), rsqrt itself): the literal is not what breaks.
             return
+        if kind in _LOG_KINDS and repairs.repaired_after(ctx, repairs.NEG_INF):
+            return  # the -inf of log(0) is expected and handled (a dynamic-range floor)
         if kind in ("log", "log2", "log10", "sqrt", "rsqrt", "logit"):
             low, high = (0.0, 1.0) if kind == "logit" else (0.0, 1e4)
             for name in free_inputs(ctx.canonical(strip_parens(tensor), inline=False)):
@@ -737,10 +740,6 @@ def _big(ctx: FileContext, node: cst.BaseExpression) -> Optional[float]:
 # --------------------------------------------------------------------------- NAN204
 
 
-_HANDLED_AFTER = r"(?:nan_to_num\(\s*{name}\b|\b{name}\.nan_to_num\(|isnan\(\s*{name}\b|\b{name}\.isnan\(|" \
-    r"\b{name}\s*=\s*{name}\.masked_fill|\b{name}\.masked_fill_\(|\b{name}\s*=\s*torch\.where\(|\b{name}\[[^\]]*\]\s*=\s*0)"
-
-
 class FullyMaskedSoftmax(Rule):
     code = "NAN204"
     fails_in = 'all (a fully masked row)'
@@ -835,7 +834,7 @@ keep -inf and repair the softmax output (`torch.nan_to_num(probs, nan=0.0)`).
         if isinstance(func, cst.Attribute) and func.attr.value == "masked_fill_" and ctx.qualname(func) is None:
             fill = _fill(ctx, node)
             if fill is not None and isinstance(strip_parens(func.value), cst.Name):
-                self._inplace[(id(_function_node(ctx)), strip_parens(func.value).value)] = (node,) + fill
+                self._inplace[(id(ctx.enclosing_function()), strip_parens(func.value).value)] = (node,) + fill
             return
         op = ctx.op(node)
         if op is None or op.name != "softmax" or not op.args:
@@ -846,7 +845,8 @@ keep -inf and repair the softmax output (`torch.nan_to_num(probs, nan=0.0)`).
         fill_call, receiver, mask, value, inplace = found
         if not _reaches(ctx, fill_call) or _causal_mask(ctx, mask) or _keeps_row_max(ctx, mask):
             return
-        if _handled(ctx, node) or _repaired_later(ctx, node):
+        if (repairs.repaired_around(ctx) or repairs.repaired_after(ctx, repairs.NAN, 4)
+                or repairs.repaired_in_function(ctx, node)):
             return
         witness = dtype_witness(ctx, receiver)
         edits: tuple = ()
@@ -868,7 +868,7 @@ keep -inf and repair the softmax output (`torch.nan_to_num(probs, nan=0.0)`).
         expr = strip_parens(arg)
         for _ in range(depth):
             if isinstance(expr, cst.Name):
-                key = (id(_function_node(ctx)), expr.value)
+                key = (id(ctx.enclosing_function()), expr.value)
                 resolved = ctx.value_of(expr)
                 if key in self._inplace:
                     call, receiver, mask, value = self._inplace[key]
@@ -1000,20 +1000,6 @@ def _causal_mask(ctx: FileContext, mask: cst.BaseExpression, depth: int = 6) -> 
     return False
 
 
-def _handled(ctx: FileContext, node: cst.Call) -> bool:
-    """The softmax output is repaired: `nan_to_num(softmax(..))` in the same expression, or the
-    variable it is assigned to is tested/repaired in the next four statements."""
-    for outer in reversed(ctx.stack[:-1]):
-        if isinstance(outer, cst.Call):
-            full = ctx.qualname(outer.func) or ""
-            attr = outer.func.attr.value if isinstance(outer.func, cst.Attribute) else ""
-            if full.endswith("nan_to_num") or attr in ("nan_to_num", "nan_to_num_", "masked_fill"):
-                return True
-        if isinstance(outer, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-            break
-    return ctx.result_checked_after(_HANDLED_AFTER, 4)
-
-
 def _reaches(ctx: FileContext, fill: cst.CSTNode) -> bool:
     """The fill runs before the softmax on the way to it: it sits in a statement that comes
     before the softmax's, in a block enclosing the softmax (possibly inside an `if` there), not
@@ -1048,33 +1034,8 @@ def _keeps_row_max(ctx: FileContext, mask: cst.BaseExpression) -> bool:
     if not (isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1
             and isinstance(expr.comparisons[0].operator, _THRESHOLD_OPS)):
         return False
-    function = _function_node(ctx)
+    function = ctx.enclosing_function()
     if function is None:
         return False
     return re.search(r"\.(?:max|topk|kthvalue|sort)\(|torch\.(?:max|topk|kthvalue|sort)\(",
                      node_code(function)) is not None
-
-
-def _repaired_later(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """`nan_to_num` (or an `isnan` test) after the softmax in the same function: the author
-    repairs the NaN rows downstream (kornia's LightGlue zeroes them after the matmul)."""
-    function = _function_node(ctx)
-    if function is None:
-        return False
-    start, _ = ctx.span(node)
-    for call in _calls(function):
-        func = call.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else (
-            func.value if isinstance(func, cst.Name) else "")
-        if name in ("nan_to_num", "nan_to_num_", "isnan") and ctx.span(call)[0] > start:
-            return True
-    return False
-
-
-def _calls(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, cst.Call):
-            yield n
-        stack.extend(n.children)

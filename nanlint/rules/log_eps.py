@@ -7,6 +7,7 @@ from typing import Optional
 import libcst as cst
 
 from .. import analysis
+from ..analysis import repairs
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..diagnostics import ProbeInput
 from ..ops import number_value
@@ -35,16 +36,6 @@ def log_domain_case(ctx: FileContext, arg: cst.BaseExpression) -> bool:
             inner_op = ctx.op(strip_parens(inner))
             return inner_op is not None and inner_op.name == "sigmoid" and len(inner_op.args) == 1
     return False
-
-
-_HANDLED = r"\b(?:isfinite|isinf|isneginf|nan_to_num)\(\s*{name}\b"
-
-
-def handled_afterwards(ctx: FileContext, node: cst.BaseExpression) -> bool:
-    """`v = torch.log(p)` followed, within the next three statements of the same block, by a
-    test or repair of `v` (`torch.isfinite(v)`, `torch.isinf(v)`, `torch.nan_to_num(v)`): the
-    author expects the -inf and handles it."""
-    return ctx.result_checked_after(_HANDLED, 3)
 
 
 class LogWithoutEpsilon(Rule):
@@ -190,7 +181,7 @@ those values matter, compute the probability in float32 or stay in log space.
             if found is None:
                 return
             reason, through = found
-        if inside_hand_bce(ctx, node) or handled_afterwards(ctx, node):
+        if inside_hand_bce(ctx, node) or repairs.repaired_after(ctx, repairs.NEG_INF):
             return
         spelled = op.name if op.style == "method" else node_code(node.func)
         origin = _PHRASES.get(reason, reason)

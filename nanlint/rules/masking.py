@@ -9,7 +9,7 @@ from typing import Iterable, List, Optional, Set, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..analysis import conditions
+from ..analysis import conditions, repairs
 from ..context import FileContext, dotted_name, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args as split_args_safe
 from ..ranges import guard
@@ -775,7 +775,7 @@ there.
             # empty selection gives an empty result (its sum is 0), not 0 / 0.
             return
         names = conditions.names_read(ctx, mask) | conditions.names_read(ctx, subscript.value, follow=False)
-        if conditions.guarded_by_condition(ctx, names) or self._handled_after(ctx, node):
+        if conditions.guarded_by_condition(ctx, names) or repairs.repaired_after(ctx, repairs.NAN):
             return
         edits = ()
         fixed = None
@@ -854,7 +854,7 @@ there.
         if analysis.nonempty(ctx, mask) or analysis.excludes_zero(ctx, count_node):
             return
         names = conditions.names_read(ctx, mask) | ({count_node.value} if isinstance(count_node, cst.Name) else set())
-        if conditions.guarded_by_condition(ctx, names) or self._handled_after(ctx, node):
+        if conditions.guarded_by_condition(ctx, names) or repairs.repaired_after(ctx, repairs.NAN):
             return
         if ctx.precision is not None and self._inside_guarding_call(ctx):
             return
@@ -927,9 +927,3 @@ there.
         parent = ctx.stack[-2] if len(ctx.stack) >= 2 else None
         return isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.Attribute,
                                    cst.Subscript, cst.Comparison))
-
-    @staticmethod
-    def _handled_after(ctx: FileContext, node: cst.CSTNode) -> bool:
-        from .log_eps import handled_afterwards
-
-        return handled_afterwards(ctx, node)

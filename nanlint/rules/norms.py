@@ -13,12 +13,12 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import libcst as cst
 
 from .. import analysis
+from ..analysis import repairs
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import is_guarded
 from .base import SAFE, UNSAFE, Rule
 from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
-from .log_eps import handled_afterwards
 
 Env = Optional[Dict]
 
@@ -60,7 +60,7 @@ def _canon(ctx: FileContext, node: cst.BaseExpression, env: Env = None) -> str:
 def _mutated_later(ctx: FileContext, name: str) -> bool:
     """True where the enclosing function changes `name` in place (`n[n == 0] = 1`,
     `n.clamp_(min=eps)`, `n += eps`): a guard that value-following does not see."""
-    function = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+    function = ctx.enclosing_function()
     if function is None:
         return False
     text = node_code(function)
@@ -616,7 +616,7 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
         held = strip_parens(denominator)
         if isinstance(held, cst.Name) and _mutated_later(ctx, held.value):
             return
-        if handled_afterwards(ctx, node) or _inside_zero_test(ctx, node, denominator):
+        if repairs.repaired_after(ctx, repairs.NAN) or _inside_zero_test(ctx, node, denominator):
             return
         if _nonzero_by_construction(ctx, numerator):
             return

@@ -602,7 +602,7 @@ def _tuple_guarded(ctx: FileContext, x: cst.BaseExpression) -> bool:
     x = strip_parens(x)
     if not isinstance(x, cst.Name):
         return False
-    function = next((n for n in reversed(ctx.stack) if isinstance(n, cst.FunctionDef)), None)
+    function = ctx.enclosing_function()
     if function is None:
         return False
     found: List[bool] = []
