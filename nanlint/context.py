@@ -289,6 +289,13 @@ class FileContext:
         """The innermost `def` around the node being visited, or None at module level."""
         return next((n for n in reversed(self.stack) if isinstance(n, cst.FunctionDef)), None)
 
+    def enclosing_class(self) -> Optional[str]:
+        """The name of the innermost class around the node being visited, or None."""
+        for scope in reversed(self.scopes):
+            if scope.kind == "class" and isinstance(scope.node, cst.ClassDef):
+                return scope.node.name.value
+        return None
+
     def statements_after(self, count: int) -> Tuple[List[str], str]:
         """For the simple statement being visited: the names it assigns (`v`, `self.v`, and an
         augmented target) and the code of the next `count` statements of its block. Rules

@@ -133,6 +133,13 @@ class Precision:
         nested `autocast(enabled=False)`."""
         return self._autocast_state[-1] if self._autocast_state else None
 
+    @property
+    def upcasts_softmax_math(self) -> bool:
+        """Inside an autocast region that computes exp/log_softmax/sum in float32 (CUDA, or a
+        device we cannot tell: assumed to upcast, to stay quiet); CPU autocast does not."""
+        region = self.in_autocast
+        return region is not None and region.device != "cpu"
+
     def _held_region(self, expr: cst.BaseExpression) -> cst.BaseExpression:
         """For `with ctx:`, the autocast call a local `ctx` holds: `ctx = torch.autocast(...)`,
         or nanoGPT's `ctx = nullcontext() if cpu else torch.amp.autocast(...)` (taken as

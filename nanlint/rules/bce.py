@@ -9,8 +9,8 @@ import libcst as cst
 
 from .. import analysis
 from ..diagnostics import ProbeInput
-from ..context import FileContext, abstract_calls, dotted_name, free_inputs, is_atom, node_code, parenthesize, strip_parens
-from ..ops import TENSOR_METHOD, number_value
+from ..context import FileContext, abstract_calls, free_inputs, is_atom, node_code, parenthesize, strip_parens
+from ..ops import number_value
 from ..ranges import is_guarded, pass_through, positive_constant
 from .base import SAFE, UNSAFE, Rule
 

@@ -1,43 +1,25 @@
-"""NAN303-NAN305: cross-entropy and softmax math left in float16.
+"""NAN303-NAN305, NAN206: cross-entropy, softmax math and full sums left in float16.
 
 PyTorch's autocast computes `cross_entropy` and `nll_loss` in float32 (on CUDA and on the
 CPU), so those calls only fail where the logits are evidently float16 and no autocast is in
 force. Hand-written softmax math (`exp`, a full `.sum()` of log-probabilities) is not upcast
-by CPU autocast and not at all outside autocast.
+by CPU autocast and not at all outside autocast, and neither is a full `.sum()` of any
+float16 tensor (NAN206, which leaves log-probabilities to NAN305).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name, is_atom
+from ..context import FileContext, dotted_name, is_atom, node_code
 from ..context import strip_parens as _strip_parens
-from ..diagnostics import Edit, Probe
+from ..diagnostics import Edit, Position, Probe
 from ..ops import number_value, split_args
+from ..loss_calls import Criteria, LossCall, match_loss_call, record_criterion
 from .base import SAFE, UNSAFE, Rule
 
-_FUNCTIONS = {
-    "torch.nn.functional.cross_entropy": "cross_entropy",
-    "torch.nn.functional.nll_loss": "nll_loss",
-}
-_MODULES = {
-    "torch.nn.CrossEntropyLoss": "cross_entropy",
-    "torch.nn.modules.loss.CrossEntropyLoss": "cross_entropy",
-    "torch.nn.NLLLoss": "nll_loss",
-    "torch.nn.modules.loss.NLLLoss": "nll_loss",
-}
-# Positional index of `reduction` / `label_smoothing` in each signature.
-_FUNCTION_POSITIONS = {
-    "cross_entropy": {"reduction": 6, "label_smoothing": 7, "size_average": 3, "reduce": 5},
-    "nll_loss": {"reduction": 6, "size_average": 3, "reduce": 5},
-}
-_MODULE_POSITIONS = {
-    "cross_entropy": {"reduction": 4, "label_smoothing": 5, "size_average": 1, "reduce": 3},
-    "nll_loss": {"reduction": 4, "size_average": 1, "reduce": 3},
-}
 _FLOAT32 = {"torch.float32", "torch.float", "torch.float64", "torch.double"}
 # Methods that keep the receiver's dtype (`logits.view(-1, C)`): an upcast before them counts.
 _SAME_DTYPE = {
@@ -52,159 +34,6 @@ def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(node, cst.Tuple) and not node.elements:
         return node
     return _strip_parens(node)
-
-
-@dataclass
-class LossCall:
-    kind: str  # "cross_entropy" or "nll_loss"
-    call: cst.Call
-    logits: cst.BaseExpression
-    reduction: str  # "mean", "sum" or "none" ("mean" when not evident)
-    label_smoothing: Optional[float]  # the value, when evident
-    smoothing: bool  # label smoothing is (or may be) on
-
-
-class _Criteria:
-    """Loss modules bound to names: `crit = nn.CrossEntropyLoss()` at module level and
-    `self.criterion = nn.CrossEntropyLoss()` in a class (keyed by the class)."""
-
-    def __init__(self) -> None:
-        self.module_level: Dict[str, cst.Call] = {}
-        self.attributes: Dict[Tuple[str, str], cst.Call] = {}
-
-
-def _loss_module(ctx: FileContext, node: Optional[cst.BaseExpression]) -> Optional[Tuple[str, cst.Call]]:
-    """(kind, constructor call) where `node` builds a cross-entropy/NLL module
-    (`nn.CrossEntropyLoss(...)`, also followed by `.cuda()` / `.to(device)`)."""
-    while isinstance(node, cst.Call):
-        kind = _MODULES.get(ctx.qualname(node.func) or "")
-        if kind is not None:
-            return kind, node
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("cuda", "to", "cpu"):
-            node = node.func.value
-            continue
-        return None
-    return None
-
-
-def _enclosing_class(ctx: FileContext) -> Optional[str]:
-    for scope in reversed(ctx.scopes):
-        if scope.kind == "class" and isinstance(scope.node, cst.ClassDef):
-            return scope.node.name.value
-    return None
-
-
-def _args(call: cst.Call):
-    return split_args(call.args)
-
-
-def _option(positional, keywords, positions, name) -> Optional[cst.BaseExpression]:
-    if name in keywords:
-        return keywords[name]
-    index = positions.get(name)
-    if index is not None and index < len(positional):
-        return positional[index]
-    return None
-
-
-def _number(ctx: FileContext, expr: Optional[cst.BaseExpression]) -> Optional[float]:
-    if expr is None:
-        return None
-    value = number_value(expr)
-    if value is not None:
-        return value
-    chain = dotted_name(expr)
-    if chain is not None and chain in ctx.constants:
-        return ctx.constants[chain]
-    resolved = ctx.value_of(expr) if isinstance(expr, cst.Name) else expr
-    if resolved is not expr:
-        return number_value(resolved)
-    return None
-
-
-def _is_false(expr: Optional[cst.BaseExpression]) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "False"
-
-
-def _options(ctx: FileContext, options_call: cst.Call, positions) -> Tuple[str, Optional[float], bool]:
-    """(reduction, label_smoothing value when evident, whether smoothing is on)."""
-    split = _args(options_call)
-    positional, keywords = split if split is not None else ([], {})
-    reduction = "mean"
-    red = _option(positional, keywords, positions, "reduction")
-    if isinstance(red, cst.SimpleString) and red.evaluated_value in ("mean", "sum", "none"):
-        reduction = red.evaluated_value
-    elif red is None:
-        if _is_false(_option(positional, keywords, positions, "reduce")):
-            reduction = "none"
-        elif _is_false(_option(positional, keywords, positions, "size_average")):
-            reduction = "sum"
-    smoothing_expr = _option(positional, keywords, positions, "label_smoothing")
-    smoothing_value = _number(ctx, smoothing_expr)
-    smoothing = smoothing_expr is not None and smoothing_value != 0.0
-    return reduction, (smoothing_value if smoothing else None), smoothing
-
-
-def _input_of(call: cst.Call) -> Optional[cst.BaseExpression]:
-    split = _args(call)
-    if split is None:
-        return None
-    positional, keywords = split
-    if positional:
-        return positional[0]
-    return keywords.get("input")
-
-
-def match_loss_call(ctx: FileContext, node: cst.Call, criteria: _Criteria) -> Optional[LossCall]:
-    """A cross_entropy / nll_loss call in any spelling, with its logits and options."""
-    kind = _FUNCTIONS.get(ctx.qualname(node.func) or "")
-    if kind is not None:
-        logits = _input_of(node)
-        if logits is None:
-            return None
-        reduction, value, smoothing = _options(ctx, node, _FUNCTION_POSITIONS[kind])
-        return LossCall(kind, node, logits, reduction, value, smoothing)
-    module = _criterion(ctx, node.func, criteria)
-    if module is None:
-        return None
-    kind, ctor = module
-    logits = _input_of(node)
-    if logits is None:
-        return None
-    reduction, value, smoothing = _options(ctx, ctor, _MODULE_POSITIONS[kind])
-    return LossCall(kind, node, logits, reduction, value, smoothing)
-
-
-def _criterion(ctx: FileContext, func: cst.BaseExpression, criteria: _Criteria):
-    if isinstance(func, cst.Call):
-        return _loss_module(ctx, func)  # nn.CrossEntropyLoss()(logits, y)
-    if isinstance(func, cst.Name):
-        if ctx.binding(func.value) is not None:  # a local or a parameter of this function
-            return _loss_module(ctx, ctx.value_of(func))
-        ctor = criteria.module_level.get(func.value)
-        return _loss_module(ctx, ctor) if ctor is not None else None
-    if (
-        isinstance(func, cst.Attribute)
-        and isinstance(func.value, cst.Name)
-        and func.value.value == "self"
-    ):
-        cls = _enclosing_class(ctx)
-        ctor = criteria.attributes.get((cls or "", func.attr.value))
-        return _loss_module(ctx, ctor) if ctor is not None else None
-    return None
-
-
-def _record_criterion(ctx: FileContext, node: cst.Assign, criteria: _Criteria) -> None:
-    if _loss_module(ctx, node.value) is None:
-        return
-    for target in node.targets:
-        t = target.target
-        if isinstance(t, cst.Name) and len(ctx.scopes) == 1:
-            criteria.module_level[t.value] = node.value  # type: ignore[assignment]
-        elif isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
-            cls = _enclosing_class(ctx)
-            if cls is not None:
-                criteria.attributes[(cls, t.attr.value)] = node.value  # type: ignore[assignment]
 
 
 def has_upcast(ctx: FileContext, expr: cst.BaseExpression, depth: int = 6) -> bool:
@@ -226,7 +55,7 @@ def has_upcast(ctx: FileContext, expr: cst.BaseExpression, depth: int = 6) -> bo
             continue
         if not isinstance(expr, cst.Call):
             return False
-        split = _args(expr)
+        split = split_args(expr.args)
         if split is None:
             return False
         positional, keywords = split
@@ -339,10 +168,10 @@ class _LossRule(Rule):
     """Shared matching for the rules about cross_entropy/nll_loss calls."""
 
     def __init__(self) -> None:
-        self._criteria = _Criteria()
+        self._criteria = Criteria()
 
     def leave_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
-        _record_criterion(ctx, node, self._criteria)
+        record_criterion(ctx, node, self._criteria)
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
         loss = match_loss_call(ctx, node, self._criteria)
@@ -782,13 +611,6 @@ def _expression_probe(ctx: FileContext, node, target, replacement) -> Probe:
     return ctx.expression_probe(original, fixed)
 
 
-def _in_fp32_autocast(ctx: FileContext) -> bool:
-    """Inside an autocast region that upcasts exp/log_softmax/sum (CUDA, or a device we
-    cannot tell: assumed to upcast, to stay quiet)."""
-    region = ctx.precision.in_autocast
-    return region is not None and region.device != "cpu"
-
-
 class HalfSoftmaxMath(Rule):
     code = "NAN305"
     fails_in = 'float16'
@@ -890,7 +712,7 @@ subtracting the row maximum (or `softmax`) is the better change."""
     )
 
     def __init__(self) -> None:
-        self._criteria = _Criteria()
+        self._criteria = Criteria()
         # Per function: `e = x.exp()` findings held back until the function ends, dropped
         # if `e` turns out to feed a hand-written softmax/logsumexp (reported by NAN107/108).
         self._pending: List[Dict[str, dict]] = [{}]
@@ -927,7 +749,7 @@ subtracting the row maximum (or `softmax`) is the better change."""
             pending[node.value]["dropped"] = True
 
     def leave_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
-        _record_criterion(ctx, node, self._criteria)
+        record_criterion(ctx, node, self._criteria)
         pending = self._pending[-1]
         for target in node.targets:
             t = target.target
@@ -945,7 +767,7 @@ subtracting the row maximum (or `softmax`) is the better change."""
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
         op = ctx.op(node)
-        if op is None or _in_fp32_autocast(ctx):
+        if op is None or ctx.precision.upcasts_softmax_math:
             return
         if op.name == "exp":
             self._check_exp(node, op, ctx)
@@ -1060,3 +882,151 @@ subtracting the row maximum (or `softmax`) is the better change."""
         if isinstance(value, cst.Call) and ctx.qualname(value.func) == "torch.nn.functional.one_hot":
             return True
         return ctx.precision.half_dtype(other) == "float16"
+
+
+# --------------------------------------------------------------------------- NAN206
+
+
+_ELEMENTWISE = {"mul", "add", "sub", "pow", "abs", "neg", "square", "relu"}
+
+
+def _half_values(ctx: FileContext, expr: cst.BaseExpression, depth: int) -> bool:
+    """`expr` is evidently a float16 tensor: by itself, or an elementwise product, power,
+    sum or absolute value of float16 tensors and numbers (`h * h`, `(h ** 2)`, `h.abs()`)."""
+    if ctx.precision.half_dtype(expr) == "float16":
+        return True
+    if depth <= 0:
+        return False
+    op = ctx.op(strip_parens(expr))
+    if op is None or op.name not in _ELEMENTWISE or not op.args or op.kwargs:
+        return False
+    tensors = [a for a in op.args if number_value(a) is None]
+    return bool(tensors) and all(_half_values(ctx, a, depth - 1) for a in tensors)
+
+
+class _DropHalfCasts(cst.CSTTransformer):
+    """`x.half()` / `x.to(torch.float16)` -> `x` (in canonical probe expressions)."""
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = updated.func
+        if not isinstance(func, cst.Attribute):
+            return updated
+        method = func.attr.value
+        if method == "half" and not updated.args:
+            return func.value
+        if method in ("to", "type") and len(updated.args) == 1 and node_code(updated.args[0].value) in (
+            "torch.float16", "torch.half"
+        ):
+            return func.value
+        return updated
+
+
+class HalfReduction(Rule):
+    code = "NAN206"
+    fails_in = 'float16'
+    name = "half-reduction"
+    triggers = r"half|float16|HalfTensor"
+    # Off by default: in the corpora every candidate was a test summing a few outputs of a
+    # float16 toy model into a loss (fairseq tests/test_ema.py:232), nowhere near 65504.
+    default_enabled = False
+    message = (
+        "Full `.sum()` of a float16 tensor: the total is inf once it passes 65504 (6,560 "
+        "values of 10); accumulate and return it in float32 with `dtype=torch.float32`"
+    )
+    fix_applicability = SAFE
+    fix_title = "Sum with `dtype=torch.float32`"
+    summary = "`.sum()` over a whole evidently float16 tensor outside CUDA autocast: inf past 65504."
+    why = """\
+The largest finite float16 value is 65504. A full `.sum()` of a float16 tensor returns a
+float16 total, so it is `inf` as soon as the total passes 65504: 6,560 values of 10, or
+1,000 squared values of 10, or a million probabilities. Everything computed from it (a
+norm, a mean written as `sum / n`, a logged metric, the loss) is `inf` or NaN.
+
+`.mean()` is not affected: measured on the CPU, the mean of a million float16 values of 10
+is 10 (PyTorch accumulates it in float32 and divides before converting back). Inside CUDA
+autocast `sum` runs in float32 and nothing is reported; CPU autocast keeps float16 sums in
+float16. bfloat16 has float32's range and is not reported.
+
+Off by default: whether a sum passes 65504 depends on how many values it adds and how
+large they are, which the source rarely shows. On about 8,500 files of libraries and
+research code, all 4 candidates were unit tests summing a handful of float16 outputs into a
+dummy loss (fairseq `tests/test_ema.py`), none a real overflow. Enable it
+(`--extend-select NAN206`) in code that trains or evaluates in pure float16.
+
+Sums of float16 log-probabilities and per-token losses are NAN305's (half-softmax-math);
+this rule reports the other full sums of evidently float16 tensors: a `.half()` conversion, a
+factory with `dtype=torch.float16`, a float16 module's output.
+"""
+    example = """\
+```python
+x = features.half()
+total = (x * x).sum()
+```"""
+    use_instead = """\
+```python
+x = features.half()
+total = (x * x).sum(dtype=torch.float32)
+```"""
+    measured = """\
+torch 2.13, CPU, float16 tensors (outside autocast, and the same inside
+`torch.autocast("cpu", dtype=torch.float16)`).
+
+| expression | input | float16 | `dtype=torch.float32` |
+|---|---|---|---|
+| `x.sum()` | 1,000 values of 10 | 10,000 | 10,000 |
+| `x.sum()` | 6,550 values of 10 | 65,504 | 65,500 |
+| `x.sum()` | 6,560 values of 10 | inf | 65,600 |
+| `x.sum()` | 1,000 values of 100 | inf | 100,000 |
+| `(x ** 2).sum()` | 1,000 values of 10 | inf | 100,000 |
+| `x.sum()` | 1e6 uniform values in [0, 1) | inf | 500,015 |
+| `x.mean()` | 1e6 values of 10 | 10 | - |
+
+The gradient of an overflowed sum stays finite (ones): the failure is the `inf` value and
+what is computed from it.
+"""
+    fix_notes = """\
+`x.sum()` becomes `x.sum(dtype=torch.float32)` and `torch.sum(x)` becomes
+`torch.sum(x, dtype=torch.float32)`: safe, the float16 values convert to float32 exactly and
+the sum is accumulated in float32. The result is a float32 scalar where a float16 one was;
+arithmetic with float16 tensors promotes to float32 from then on (a 0-dimensional float32
+tensor does not change the dtype of a float16 tensor it is combined with)."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.sum.html",
+        "https://pytorch.org/docs/stable/amp.html#autocast-op-reference",
+    )
+
+    def __init__(self) -> None:
+        self._nan305 = HalfSoftmaxMath()
+
+    def leave_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
+        record_criterion(ctx, node, self._nan305._criteria)
+
+    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
+        op = ctx.op(node)
+        if op is None or op.name != "sum" or len(op.args) != 1 or op.kwargs:
+            return
+        if ctx.precision.upcasts_softmax_math:
+            return
+        operand = op.args[0]
+        if not _half_values(ctx, operand, 4):
+            return
+        if self._nan305._half_terms(ctx, operand, 6):
+            return  # NAN305 reports sums of float16 log-probabilities
+        split = split_args(node.args)
+        if split is None:
+            return
+        dtype, imports = ctx.spell("torch.float32")
+        _, end = ctx.span(node)
+        close = Position(end.row, end.column - 1)  # before `)`
+        if node.args:
+            last = node.args[-1]
+            _, after = ctx.span(last.value)
+            edit = Edit(after, after, f", dtype={dtype}")
+        else:
+            edit = Edit(close, close, f"dtype={dtype}")
+        # The probe leaves the conversion to float16 to the verifier's float16 context: kept,
+        # its rounding of a float32 input would count against the fix as well.
+        original = ctx.canonical(node, inline=False).visit(_DropHalfCasts())
+        terms = ctx.canonical(operand, inline=False).visit(_DropHalfCasts())
+        fixed = cst.parse_expression(f"torch.sum({node_code(strip_parens(terms))}, dtype=torch.float32)")
+        ctx.report(self, node, edits=(edit,) + imports, probe=ctx.expression_probe(original, fixed))

@@ -11,15 +11,14 @@ function is reported without a fix: the intermediate value may be used elsewhere
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
 from .. import analysis
-from ..context import FileContext, free_inputs, is_atom, node_code, parenthesize, strip_parens
+from ..context import FileContext, free_inputs, node_code, parenthesize, strip_parens
 from ..ranges import sign
-from ..diagnostics import Edit, Position
+from ..diagnostics import Edit
 from ..ops import Op, number_value
 from .base import SAFE, Rule
 from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src

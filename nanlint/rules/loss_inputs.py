@@ -1,10 +1,9 @@
-"""NAN306-NAN308: losses fed probabilities where they expect log-probabilities or logits;
-NAN206: a full `.sum()` of a float16 tensor.
+"""NAN306-NAN308: losses fed probabilities where they expect log-probabilities or logits.
 
 `F.kl_div` and `F.nll_loss` take log-probabilities and `F.cross_entropy` takes logits. Fed a
 softmax output, each computes a different, wrong quantity whose gradient all but vanishes:
-no NaN, no warning, a model that trains badly. The matching of loss calls and of criteria
-bound to names (`self.criterion = nn.CrossEntropyLoss()`) is NAN303's (cross_entropy.py).
+no NaN, no warning, a model that trains badly. Loss calls and criteria bound to names
+(`self.criterion = nn.CrossEntropyLoss()`) are matched in loss_calls.py.
 """
 
 from __future__ import annotations
@@ -13,22 +12,10 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
-from ..diagnostics import Probe
-from ..context import FileContext, node_code
-from ..diagnostics import Edit, Position
-from ..ops import number_value, split_args
-from .base import SAFE, UNSAFE, Rule
-from .cross_entropy import (
-    HalfSoftmaxMath,
-    LossCall,
-    _Criteria,
-    _enclosing_class,
-    _in_fp32_autocast,
-    _input_of,
-    _record_criterion,
-    match_loss_call,
-    strip_parens,
-)
+from ..context import FileContext, node_code, strip_parens
+from ..diagnostics import Edit, Probe
+from ..loss_calls import Criteria, LossCall, loss_input, match_loss_call, record_criterion
+from .base import UNSAFE, Rule
 
 _KL_FUNCTION = "torch.nn.functional.kl_div"
 _KL_MODULES = {"torch.nn.KLDivLoss", "torch.nn.modules.loss.KLDivLoss"}
@@ -117,7 +104,7 @@ class _Models:
             if isinstance(t, cst.Name) and len(ctx.scopes) == 1:
                 key = ("", t.value)
             elif isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
-                key = (_enclosing_class(ctx) or "", t.attr.value)
+                key = (ctx.enclosing_class() or "", t.attr.value)
             if key is not None:
                 self.values.setdefault(key, []).append(node.value)
 
@@ -127,7 +114,7 @@ class _Models:
                 return None
             values = self.values.get(("", func.value))
         elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-            values = self.values.get((_enclosing_class(ctx) or "", func.attr.value))
+            values = self.values.get((ctx.enclosing_class() or "", func.attr.value))
         else:
             return None
         if not values or len({_is_softmax_model(ctx, v) for v in values}) != 1:
@@ -159,7 +146,7 @@ class _KLCriteria:
             if isinstance(t, cst.Name) and len(ctx.scopes) == 1:
                 self.module_level[t.value] = node.value
             elif isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
-                cls = _enclosing_class(ctx)
+                cls = ctx.enclosing_class()
                 if cls is not None:
                     self.attributes[(cls, t.attr.value)] = node.value
 
@@ -174,7 +161,7 @@ class _KLCriteria:
                 return "criterion" if _kl_module(ctx, ctx.value_of(func)) is not None else None
             return "criterion" if func.value in self.module_level else None
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-            return "criterion" if (_enclosing_class(ctx) or "", func.attr.value) in self.attributes else None
+            return "criterion" if (ctx.enclosing_class() or "", func.attr.value) in self.attributes else None
         return None
 
 
@@ -196,7 +183,7 @@ def _to_log_softmax(ctx: FileContext, softmax: cst.Call) -> Tuple[Edit, ...]:
 def _first_arg(call: cst.Call) -> Optional[cst.BaseExpression]:
     if any(a.star for a in call.args):
         return None
-    return _input_of(call)
+    return loss_input(call)
 
 
 # --------------------------------------------------------------------------- rules
@@ -309,11 +296,11 @@ class _OnSoftmax(Rule):
     loss_kind = ""
 
     def __init__(self) -> None:
-        self._criteria = _Criteria()
+        self._criteria = Criteria()
         self._models = _Models()
 
     def leave_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
-        _record_criterion(ctx, node, self._criteria)
+        record_criterion(ctx, node, self._criteria)
         self._models.record(ctx, node)
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
@@ -479,151 +466,3 @@ one-hot probability vector on its own class.
                 "remove the final Softmax"
             )
         ctx.report(self, loss.call, message=message, edits=edits, probe=_harness(self.loss_kind))
-
-
-# --------------------------------------------------------------------------- NAN206
-
-
-_ELEMENTWISE = {"mul", "add", "sub", "pow", "abs", "neg", "square", "relu"}
-
-
-def _half_values(ctx: FileContext, expr: cst.BaseExpression, depth: int) -> bool:
-    """`expr` is evidently a float16 tensor: by itself, or an elementwise product, power,
-    sum or absolute value of float16 tensors and numbers (`h * h`, `(h ** 2)`, `h.abs()`)."""
-    if ctx.precision.half_dtype(expr) == "float16":
-        return True
-    if depth <= 0:
-        return False
-    op = ctx.op(strip_parens(expr))
-    if op is None or op.name not in _ELEMENTWISE or not op.args or op.kwargs:
-        return False
-    tensors = [a for a in op.args if number_value(a) is None]
-    return bool(tensors) and all(_half_values(ctx, a, depth - 1) for a in tensors)
-
-
-class _DropHalfCasts(cst.CSTTransformer):
-    """`x.half()` / `x.to(torch.float16)` -> `x` (in canonical probe expressions)."""
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        func = updated.func
-        if not isinstance(func, cst.Attribute):
-            return updated
-        method = func.attr.value
-        if method == "half" and not updated.args:
-            return func.value
-        if method in ("to", "type") and len(updated.args) == 1 and node_code(updated.args[0].value) in (
-            "torch.float16", "torch.half"
-        ):
-            return func.value
-        return updated
-
-
-class HalfReduction(Rule):
-    code = "NAN206"
-    fails_in = 'float16'
-    name = "half-reduction"
-    triggers = r"half|float16|HalfTensor"
-    # Off by default: in the corpora every candidate was a test summing a few outputs of a
-    # float16 toy model into a loss (fairseq tests/test_ema.py:232), nowhere near 65504.
-    default_enabled = False
-    message = (
-        "Full `.sum()` of a float16 tensor: the total is inf once it passes 65504 (6,560 "
-        "values of 10); accumulate and return it in float32 with `dtype=torch.float32`"
-    )
-    fix_applicability = SAFE
-    fix_title = "Sum with `dtype=torch.float32`"
-    summary = "`.sum()` over a whole evidently float16 tensor outside CUDA autocast: inf past 65504."
-    why = """\
-The largest finite float16 value is 65504. A full `.sum()` of a float16 tensor returns a
-float16 total, so it is `inf` as soon as the total passes 65504: 6,560 values of 10, or
-1,000 squared values of 10, or a million probabilities. Everything computed from it (a
-norm, a mean written as `sum / n`, a logged metric, the loss) is `inf` or NaN.
-
-`.mean()` is not affected: measured on the CPU, the mean of a million float16 values of 10
-is 10 (PyTorch accumulates it in float32 and divides before converting back). Inside CUDA
-autocast `sum` runs in float32 and nothing is reported; CPU autocast keeps float16 sums in
-float16. bfloat16 has float32's range and is not reported.
-
-Off by default: whether a sum passes 65504 depends on how many values it adds and how
-large they are, which the source rarely shows. On about 8,500 files of libraries and
-research code, all 4 candidates were unit tests summing a handful of float16 outputs into a
-dummy loss (fairseq `tests/test_ema.py`), none a real overflow. Enable it
-(`--extend-select NAN206`) in code that trains or evaluates in pure float16.
-
-Sums of float16 log-probabilities and per-token losses are NAN305's (half-softmax-math);
-this rule reports the other full sums of evidently float16 tensors: a `.half()` conversion, a
-factory with `dtype=torch.float16`, a float16 module's output.
-"""
-    example = """\
-```python
-x = features.half()
-total = (x * x).sum()
-```"""
-    use_instead = """\
-```python
-x = features.half()
-total = (x * x).sum(dtype=torch.float32)
-```"""
-    measured = """\
-torch 2.13, CPU, float16 tensors (outside autocast, and the same inside
-`torch.autocast("cpu", dtype=torch.float16)`).
-
-| expression | input | float16 | `dtype=torch.float32` |
-|---|---|---|---|
-| `x.sum()` | 1,000 values of 10 | 10,000 | 10,000 |
-| `x.sum()` | 6,550 values of 10 | 65,504 | 65,500 |
-| `x.sum()` | 6,560 values of 10 | inf | 65,600 |
-| `x.sum()` | 1,000 values of 100 | inf | 100,000 |
-| `(x ** 2).sum()` | 1,000 values of 10 | inf | 100,000 |
-| `x.sum()` | 1e6 uniform values in [0, 1) | inf | 500,015 |
-| `x.mean()` | 1e6 values of 10 | 10 | - |
-
-The gradient of an overflowed sum stays finite (ones): the failure is the `inf` value and
-what is computed from it.
-"""
-    fix_notes = """\
-`x.sum()` becomes `x.sum(dtype=torch.float32)` and `torch.sum(x)` becomes
-`torch.sum(x, dtype=torch.float32)`: safe, the float16 values convert to float32 exactly and
-the sum is accumulated in float32. The result is a float32 scalar where a float16 one was;
-arithmetic with float16 tensors promotes to float32 from then on (a 0-dimensional float32
-tensor does not change the dtype of a float16 tensor it is combined with)."""
-    references = (
-        "https://pytorch.org/docs/stable/generated/torch.sum.html",
-        "https://pytorch.org/docs/stable/amp.html#autocast-op-reference",
-    )
-
-    def __init__(self) -> None:
-        self._nan305 = HalfSoftmaxMath()
-
-    def leave_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
-        _record_criterion(ctx, node, self._nan305._criteria)
-
-    def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        op = ctx.op(node)
-        if op is None or op.name != "sum" or len(op.args) != 1 or op.kwargs:
-            return
-        if _in_fp32_autocast(ctx):
-            return
-        operand = op.args[0]
-        if not _half_values(ctx, operand, 4):
-            return
-        if self._nan305._half_terms(ctx, operand, 6):
-            return  # NAN305 reports sums of float16 log-probabilities
-        split = split_args(node.args)
-        if split is None:
-            return
-        dtype, imports = ctx.spell("torch.float32")
-        _, end = ctx.span(node)
-        close = Position(end.row, end.column - 1)  # before `)`
-        if node.args:
-            last = node.args[-1]
-            _, after = ctx.span(last.value)
-            edit = Edit(after, after, f", dtype={dtype}")
-        else:
-            edit = Edit(close, close, f"dtype={dtype}")
-        # The probe leaves the conversion to float16 to the verifier's float16 context: kept,
-        # its rounding of a float32 input would count against the fix as well.
-        original = ctx.canonical(node, inline=False).visit(_DropHalfCasts())
-        terms = ctx.canonical(operand, inline=False).visit(_DropHalfCasts())
-        fixed = cst.parse_expression(f"torch.sum({node_code(strip_parens(terms))}, dtype=torch.float32)")
-        ctx.report(self, node, edits=(edit,) + imports, probe=ctx.expression_probe(original, fixed))
