@@ -435,6 +435,43 @@ def test_no_gradient_where_every_call_of_a_private_helper_is_under_no_grad(tmp_p
     assert seen[32] == "a NumPy array (`np.bincount(...)`) at line 32"
 
 
+RECURSIVE_HELPER = '''\
+import torch
+from torch.autograd import Function
+
+
+def _threshold(x, k=None):
+    if k is not None:
+        return _threshold(x[..., :k])
+    return torch.sqrt(torch.clamp(1 - x.cumsum(-1), 0))
+
+
+def _alone(x, k):
+    if k:
+        return _alone(x, k - 1)
+    return torch.sqrt(torch.clamp(1 - x, 0))
+
+
+class Threshold(Function):
+    @classmethod
+    def forward(cls, ctx, x, k=None):
+        return _threshold(x, k)
+
+    @classmethod
+    def backward(cls, ctx, grad):
+        return grad, None
+'''
+
+
+def test_a_helper_that_also_calls_itself_runs_where_its_callers_do(tmp_path):
+    # A partial-sort fallback calls the helper again from inside it; its one outside call
+    # is in a custom Function's forward, where autograd does not record.
+    _, _, module, _ = _script_and_package_module(tmp_path, RECURSIVE_HELPER, "entmax.py")
+    seen = _no_gradient_of_each_sqrt(str(module), RECURSIVE_HELPER)
+    assert seen[8] is not None and seen[8].startswith("`_threshold` is only called")
+    assert seen[14] is None  # only its own recursive call: nothing says where it runs
+
+
 def test_a_summary_keeps_the_no_gradient_fact_with_its_line():
     source = "import torch\n\n\ndef frozen(x):\n    return x.detach()\n"
     summary = analysis.summarize_module(("m.py", source))

@@ -514,9 +514,10 @@ class CallSites:
     # ------------------------------------------------------------------ autograd
     def only_without_autograd(self, fn: cst.FunctionDef, depth: int = 3) -> Optional[Evidence]:
         """Evidence that `fn` only ever runs where autograd is off: the file's calls are all
-        its calls (the trust rule above), there is at least one, and each is inside a
-        no-grad region or in a function that itself only runs there (`_kmeans(x)` called
-        from a `@torch.no_grad()` initializer). None otherwise, or past `depth` callers."""
+        its calls (the trust rule above), there is at least one besides its own recursive
+        calls, and each is inside a no-grad region or in a function that itself only runs
+        there (`_kmeans(x)` called from a `@torch.no_grad()` initializer, a helper of a custom
+        `autograd.Function`'s `forward`). None otherwise, or past `depth` callers."""
         if depth <= 0:
             return None
         return _once(self._grad_free, self._grad_pending, id(fn), lambda: self._only_without_autograd(fn, depth))
@@ -537,15 +538,18 @@ class CallSites:
             return None
         first: Optional[Evidence] = None
         for site in sites:
+            caller = next((n for n in reversed(site.stack) if isinstance(n, cst.FunctionDef)), None)
+            if caller is fn:
+                continue  # a recursive call runs wherever the outer call does
             region = fa.env_at(site.stack + (site.call,), seeded=False).nograd
             if region is None:
-                caller = next((n for n in reversed(site.stack) if isinstance(n, cst.FunctionDef)), None)
                 inner = self.only_without_autograd(caller, depth - 1) if caller is not None else None
                 if inner is None:
                     return None
                 region = Evidence(inner.line, f"from `{caller.name.value}`; {inner.reason}")
             first = first or region
-        assert first is not None
+        if first is None:
+            return None  # only recursive calls
         return Evidence(first.line, f"`{name}` is only called {first.reason}")
 
     # ------------------------------------------------------------------ forward
