@@ -100,6 +100,20 @@ def _boolean(token: int) -> Value:
     return Value(lo=0.0, hi=1.0, mask=True, integer=True, nograd=Evidence(token, "a comparison"))
 
 
+# Helpers (in every speech and NLP code base) that make a mask True at the valid positions of
+# each sequence from its length; `make_pad_mask` and `*_to_padding_mask` are True at the pads.
+_LENGTH_MASK_HELPERS = re.compile(r"^(?:lengths?|lens?|seq_lens?|sequence)_to_mask$|^sequence_mask$|^make_non_pad_mask$")
+# Methods that keep a position index a position index (`torch.arange(T)[None, :].to(dev)`).
+_INDEX_KEEPING = {"unsqueeze", "expand", "expand_as", "to", "view", "reshape", "repeat", "type_as",
+                  "long", "int", "cuda", "float", "contiguous"}
+
+
+def _length_mask(token: int, reason: str) -> Value:
+    """A mask of the valid positions of sequences: every row keeps its first position, since a
+    real sequence has at least one element (the standard counts such a mask as non-empty)."""
+    return _boolean(token).with_evidence(token, reason, nonempty=True)
+
+
 class Env:
     """Values of names (`x`, `self.x`) and known relations between expressions."""
 
@@ -1201,6 +1215,8 @@ class FileAnalysis:
             # `return probs, logits` then `p, _ = f(x)` or `f(x)[0]`: each element by position.
             return Value(members=tuple((str(i), v) for i, v in enumerate(elements)))
         if isinstance(node, cst.Comparison):
+            if self._compares_positions_to_lengths(node):
+                return _length_mask(self.token(node), f"`{_code(self.ctx, node)}` keeps the first position of each sequence")
             v = _boolean(self.token(node))
             if len(node.comparisons) == 1 and isinstance(node.comparisons[0].operator, cst.Equal):
                 left = _code(self.ctx, node.left)
@@ -1236,6 +1252,43 @@ class FileAnalysis:
         if isinstance(node, cst.Call):
             return self._eval_call(node, env, depth)
         return TOP
+
+    def _compares_positions_to_lengths(self, node: cst.Comparison) -> bool:
+        """`torch.arange(T)[None, :] < lengths[:, None]` (or `lengths[:, None] > positions`):
+        True at the first `length` positions of each row."""
+        if len(node.comparisons) != 1:
+            return False
+        operator = node.comparisons[0].operator
+        right = node.comparisons[0].comparator
+        if isinstance(operator, (cst.LessThan, cst.LessThanEqual)):
+            positions, lengths = node.left, right
+        elif isinstance(operator, (cst.GreaterThan, cst.GreaterThanEqual)):
+            positions, lengths = right, node.left
+        else:
+            return False
+        return self._positions(positions) and not self._positions(lengths)
+
+    def _positions(self, expr: cst.BaseExpression, depth: int = 6) -> bool:
+        """`expr` is `torch.arange(...)`, through names, indexing and shape-only methods."""
+        for _ in range(depth):
+            expr = strip_parens(expr)
+            if isinstance(expr, cst.Name):
+                value, _ = self.ctx.resolve(expr, None)
+                if value is expr:
+                    return False
+                expr = value
+            elif isinstance(expr, cst.Subscript):
+                expr = expr.value
+            elif isinstance(expr, cst.Call):
+                if self.ctx.qualname(expr.func) == "torch.arange":
+                    return True
+                func = expr.func
+                if not (isinstance(func, cst.Attribute) and func.attr.value in _INDEX_KEEPING):
+                    return False
+                expr = func.value
+            else:
+                return False
+        return False
 
     def _relation(self, left, right, env: Env) -> Optional[str]:
         """">=" where `left - right >= 0` is known from a condition, "<=" where <= 0."""
@@ -1287,6 +1340,9 @@ class FileAnalysis:
         positional, keywords = split if split is not None else ([], {})
         full = ctx.qualname(func)
         line = self.token(node)
+        called = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if _LENGTH_MASK_HELPERS.match(called):
+            return _length_mask(line, f"`{called}(...)` is True at each sequence's valid positions")
         if ctx.imported:
             # A name the file imports from its own project (analysis/imports.py).
             found = imports.call_value(self, node, env, line)

@@ -696,7 +696,11 @@ where the mask is evidently all ones. The value-flow analysis adds guards it can
 the statements: a count tested against 0 with an early exit (`if n == 0: continue`), a mask
 compared with a class taken from `torch.unique(labels)` (every such class occurs), and a mean
 over a feature axis of the selected rows (`loss[mask].mean(-1).sum()`: an empty selection
-gives an empty result whose sum is 0, not 0 / 0).
+gives an empty result whose sum is 0, not 0 / 0), and a mask of the valid positions of
+sequences built from their lengths (`torch.arange(T)[None, :] < lengths[:, None]`,
+`length_to_mask(lengths)`, `sequence_mask(lengths)`): a real sequence has at least one
+element, so every row keeps its first position (a padding mask, True at the pads, is still
+reported).
 """
     example = """\
 ```python
