@@ -13,7 +13,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..analysis import repairs
+from ..analysis import expansions, repairs
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import is_guarded
@@ -405,6 +405,97 @@ scale of the values and changes them slightly."""
         )
         probe = ctx.expression_probe(ctx.canonical(node), None, domains=analysis.input_domains(ctx, node))
         ctx.report(self, node, message, probe=probe)
+
+
+class SqrtOfExpandedDistance(Rule):
+    code = "NAN125"
+    fails_in = 'all (equal or nearly equal points)'
+    name = "sqrt-of-expanded-distance"
+    message = (
+        "square root of a squared distance computed by expansion (`|a|^2 + |b|^2 - 2 a.b`): for "
+        "equal or nearly equal points the three terms round apart and the sum comes out "
+        "slightly negative, so the root is NaN, forward and backward; clamp it first "
+        "(`.clamp(min=1e-12)`) or use `torch.cdist`"
+    )
+    default_enabled = False
+    untuned_precision = ""
+    triggers = r"sqrt|\*\*\s*0?\.5|pow\(\s*0?\.5"
+    summary = "`sqrt(x2 + y2 - 2 * x @ y.T)` with no clamp: NaN wherever two points coincide."
+    why = """\
+Pairwise distances are often computed by expanding the square, `|a|^2 + |b|^2 - 2 a.b`, so
+that the cross term is one matrix product. In real arithmetic the sum is at least 0. In
+floating point the three terms are rounded separately, and where the two points are equal or
+close (the diagonal of a self-distance matrix, a sample that is also in the codebook, two
+duplicate embeddings) the difference of large nearly equal numbers comes out exactly 0 or
+slightly negative: -9e-5 for 128-dimensional Gaussian points in float32, -0.25 in float16,
+-2 in bfloat16. `sqrt` of a negative number is NaN, in the value and in every gradient that
+goes through it.
+
+The rule reports a square root (`sqrt`, `** 0.5`, `.pow(0.5)`) whose argument, written there or
+in the local name it reads, is such a sum: two terms that are squared norms (values the
+analysis proves nonnegative, or squares written as such, also through `rearrange`,
+`unsqueeze`, `view` and sums) and one product of tensors (`@`, `matmul`, `mm`, `bmm`,
+`einsum`, a sum of a product) with a negative coefficient. Not reported: a sum the analysis
+proves nonnegative (a `clamp(min=...)`, also in place, a `relu`); a clamp at exactly 0 is the
+subject of NAN122 (the value is fine there, the gradient at 0 is not).
+
+This is a forward hazard: it is reported whether or not a gradient flows.
+"""
+    example = """\
+```python
+import torch
+
+def pairwise_distances(x, y):
+    x2 = (x ** 2).sum(-1)
+    y2 = (y ** 2).sum(-1)
+    d2 = x2[:, None] + y2[None, :] - 2 * x @ y.T
+    return d2.sqrt()
+```"""
+    use_instead = """\
+```python
+import torch
+
+def pairwise_distances(x, y):
+    return torch.cdist(x, y)  # or: d2.clamp(min=1e-12).sqrt()
+```"""
+    measured = """\
+torch 2.13 on the CPU, `a = torch.randn(64, 128)` (seed 0), `d2 = sq[:, None] + sq[None, :] -
+2 * a @ a.T` with `sq = (a ** 2).sum(-1)`: the self-distance matrix.
+
+| dtype | diagonal entries below 0 | NaN entries of `d2.sqrt()` | smallest entry |
+|---|---|---|---|
+| float32 | 15 of 64 | 15 | -9.2e-05 |
+| float16 | 2 of 64 | 2 | -0.25 |
+| bfloat16 | 1 of 64 | 1 | -2.0 |
+
+`d2.clamp(min=1e-12).sqrt()` on the same points (float32): no NaN in the value or in
+`a.grad`.
+"""
+    fix_notes = """\
+No automatic fix: the floor (`1e-12`, `1e-8`, `eps ** 2`) depends on the scale of the points
+and changes the smallest distances, and `torch.cdist` may be faster or slower than the
+expansion depending on the shapes. `clamp(min=0)` alone fixes the value but leaves an
+infinite gradient at the clamped entries (NAN122)."""
+    references = (
+        "https://pytorch.org/docs/stable/generated/torch.cdist.html",
+        "https://github.com/pytorch/pytorch/issues/57690",
+    )
+
+    def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
+        inner = _sqrt_argument(ctx, node)
+        if inner is None:
+            return
+        evidence = expansions.squared_distance_by_expansion(ctx, inner)
+        if evidence is None:
+            return
+        message = (
+            f"square root of a squared distance computed by expansion ({evidence}): for equal "
+            "or nearly equal points the terms round apart and the sum comes out slightly "
+            "negative, so the root is NaN, forward and backward; clamp it first "
+            "(`.clamp(min=1e-12)`) or use `torch.cdist`"
+        )
+        # No fix to check (the floor is the author's choice); the probe runs the original.
+        ctx.report(self, node, message, probe=ctx.expression_probe(ctx.canonical(node), None))
 
 
 # ---------------------------------------------------------------------- NAN110

@@ -36,7 +36,7 @@ cholesky
 sum mean prod nansum nanmean logsumexp softmax log_softmax softmin norm std var std_mean
 var_mean amax amin max min aminmax median cumsum cumprod logcumsumexp cummax cummin dist
 cdist cosine_similarity pairwise_distance matmul mm bmm dot inner outer vdot einsum trace
-diagonal unsqueeze squeeze flatten reshape transpose swapaxes movedim permute flip t stack cat
+diagonal diag diag_embed unsqueeze squeeze flatten reshape transpose swapaxes movedim permute flip t stack cat
 concat count_nonzero all any argmax argmin mv tril triu gather take_along_dim arange
 histc bincount
 zeros ones full empty rand randn randint linspace logspace eye empty_like rand_like randn_like
