@@ -418,7 +418,10 @@ class SqrtOfExpandedDistance(Rule):
         "(`.clamp(min=1e-12)`) or use `torch.cdist`"
     )
     default_enabled = False
-    untuned_precision = ""
+    untuned_precision = (
+        "Off by default: on the untuned precision corpus (`benchmarks/precision/`, `run.py --select NAN125`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) it reports nothing on the tune split and 2 findings on the test split, both false alarms: a correlated-variance formula `se1 ** 2 + se2 ** 2 - 2 * rho * se1 * se2` (an elementwise product, not a matrix product) whose correlation is clamped below 1, so the sum cannot round below 0. "
+        "Written from one real bug (vector-quantize-pytorch's `cdist`, real-bugs tune half). Turn it on with `--extend-select NAN125` where distances are computed by hand."
+    )
     triggers = r"sqrt|\*\*\s*0?\.5|pow\(\s*0?\.5"
     summary = "`sqrt(x2 + y2 - 2 * x @ y.T)` with no clamp: NaN wherever two points coincide."
     why = """\
