@@ -105,11 +105,17 @@ def repaired_in_function(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
     while stack:
         n = stack.pop()
         stack.extend(n.children)
-        if not isinstance(n, cst.Call):
-            continue
-        func = n.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else (
-            func.value if isinstance(func, cst.Name) else "")
-        if name in ("nan_to_num", "nan_to_num_", "isnan") and ctx.span(n)[0] > start:
-            return f"`{name}` at line {ctx.span(n)[0].row}"
+        if isinstance(n, cst.Call):
+            func = n.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else (
+                func.value if isinstance(func, cst.Name) else "")
+            if name in ("nan_to_num", "nan_to_num_", "isnan") and ctx.span(n)[0] > start:
+                return f"`{name}` at line {ctx.span(n)[0].row}"
+        elif isinstance(n, cst.Arg) and ctx.span(n)[0] > start:
+            # `map(nan_to_num, (edge_s, edge_v))`: the repair passed as a function.
+            value = n.value
+            name = value.attr.value if isinstance(value, cst.Attribute) else (
+                value.value if isinstance(value, cst.Name) else "")
+            if name == "nan_to_num":
+                return f"`nan_to_num` at line {ctx.span(n)[0].row}"
     return None
