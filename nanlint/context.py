@@ -42,6 +42,14 @@ def dotted_name(node: cst.BaseExpression) -> Optional[str]:
     return None
 
 
+def last_name(node: cst.BaseExpression) -> str:
+    """The last name of a name or attribute chain (`torch.nan_to_num` -> `nan_to_num`,
+    `x.sum` -> `sum`): what a call calls, however it is spelled; "" for anything else."""
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return node.value if isinstance(node, cst.Name) else ""
+
+
 def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
     # A tuple's and a generator's parentheses are part of the value (`()` cannot lose them).
     if getattr(node, "lpar", None) and not isinstance(node, (cst.Tuple, cst.GeneratorExp)):

@@ -91,13 +91,9 @@ def imported_constant(ctx: FileContext, expr: cst.BaseExpression) -> Optional[fl
     sign = 1.0
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         sign, expr = -1.0, strip_parens(expr.expression)
-    if not isinstance(expr, cst.Name) or not getattr(ctx, "imported", None):
-        return None
-    if any(expr.value in scope.bindings for scope in ctx.scopes[1:]):
-        return None  # a local name hides the import
-    names = getattr(ctx, "_imported_names", None)
-    if names is None:
-        names = ctx._imported_names = imports.ImportedNames(ctx.module, ctx.imported)
+    names = imports.imported_names(ctx) if isinstance(expr, cst.Name) else None
+    if names is None or any(expr.value in scope.bindings for scope in ctx.scopes[1:]):
+        return None  # nothing imported, or a local name hides the import
     member = names.member_of(expr.value)
     data = names.constant(member) if member is not None else None
     if data is None:

@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext
+from ..context import FileContext, last_name, node_code
 from ..ops import number_value
 from .flow import bare as strip_parens
 
@@ -28,8 +28,8 @@ _SQUARE_TEXT = re.compile(r"\*\*\s*2\b|\.pow\(\s*2\s*\)|\bsquare\(|\.norm\(|\bno
 
 def squared_distance_by_expansion(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     """Where `expr` (through its local name) is `|a|^2 + |b|^2 - 2 a.b`, the sum and its line
-    for a message (`` `sq[:, None] + sq[None, :] - 2 * a @ a.T` at line 9 ``); None otherwise, and None where the flow proves it nonnegative (clamped,
-    also in place)."""
+    for a message (`` `sq[:, None] + sq[None, :] - 2 * a @ a.T` at line 9 ``); None
+    otherwise, and None where the flow proves it nonnegative (clamped, also in place)."""
     from . import value
 
     if value(ctx, expr).lo >= 0:
@@ -42,14 +42,10 @@ def squared_distance_by_expansion(ctx: FileContext, expr: cst.BaseExpression) ->
     squares = [t for sign, t in terms if sign > 0 and _squared_norm(ctx, t, 3)]
     if len(products) != 1 or len(squares) < 2:
         return None
-    text = _code(resolved)
+    text = node_code(resolved).strip()
     line = _line(ctx, resolved) or _line(ctx, expr)
     where = f" at line {line}" if line else ""
     return f"`{text}`{where}" if len(text) <= 60 else f"the sum{where}"
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node).strip()
 
 
 def _line(ctx: FileContext, node: cst.CSTNode) -> Optional[int]:
@@ -87,19 +83,11 @@ def _negative_product(ctx: FileContext, sign: int, term: cst.BaseExpression) -> 
     coefficient = sign
     if isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Multiply):
         for k, other in ((term.left, term.right), (term.right, term.left)):
-            number = _number(k)
+            number = number_value(strip_parens(k))
             if number is not None:
                 coefficient, term = sign * number, strip_parens(other)
                 break
     return coefficient < 0 and _product_of_tensors(ctx, term)
-
-
-def _number(expr: cst.BaseExpression) -> Optional[float]:
-    expr = strip_parens(expr)
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
-        inner = number_value(strip_parens(expr.expression))
-        return -inner if inner is not None else None
-    return number_value(expr)
 
 
 def _product_of_tensors(ctx: FileContext, expr: cst.BaseExpression) -> bool:
@@ -108,11 +96,8 @@ def _product_of_tensors(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     expr = _resolved(ctx, expr)
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.MatrixMultiply):
         return True
-    if isinstance(expr, cst.Call):
-        func = expr.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-        if name in _PRODUCTS:
-            return True
+    if isinstance(expr, cst.Call) and last_name(expr.func) in _PRODUCTS:
+        return True
     return value(ctx, expr).dot
 
 
@@ -134,20 +119,17 @@ def _squared_norm(ctx: FileContext, expr: cst.BaseExpression, depth: int) -> boo
     if isinstance(expr, cst.Name):
         resolved = _resolved(ctx, expr)
         return resolved is not expr and _squared_norm(ctx, resolved, depth - 1)
-    if isinstance(expr, cst.Call):
-        func = expr.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _KEEPS_SQUARES:
-            return _squared_norm(ctx, func.value, depth - 1)
-        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else ""
-        if name in _KEEPS_SQUARES and expr.args:
-            return _squared_norm(ctx, expr.args[0].value, depth - 1)
     if isinstance(expr, cst.Subscript):
         return _squared_norm(ctx, expr.value, depth - 1)
-    if isinstance(expr, cst.Call) and expr.args and _called(expr) in ("diag", "diagonal"):
+    if not isinstance(expr, cst.Call):
+        return False
+    func, name = expr.func, last_name(expr.func)
+    if isinstance(func, cst.Attribute) and name in _KEEPS_SQUARES:
+        return _squared_norm(ctx, func.value, depth - 1)  # `x2.unsqueeze(1)`
+    if not expr.args:
+        return False
+    if name in _KEEPS_SQUARES:
+        return _squared_norm(ctx, expr.args[0].value, depth - 1)  # `rearrange(x2, ...)`
+    if name in ("diag", "diagonal"):
         return _product_of_tensors(ctx, expr.args[0].value)  # the diagonal of a Gram matrix
     return False
-
-
-def _called(call: cst.Call) -> str:
-    func = call.func
-    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""

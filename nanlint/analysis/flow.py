@@ -34,7 +34,7 @@ from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ..context import dotted_name, strip_parens as _strip
+from ..context import dotted_name, last_name, strip_parens as _strip
 from ..ops import FINFO_FUNCTIONS, match_op, number_value, split_args
 from . import imports, transfer
 from .values import INF, TOP, UNIFORM_ZERO, Evidence, Value, cited, interval, join, point, unknown, widen
@@ -1340,7 +1340,7 @@ class FileAnalysis:
         positional, keywords = split if split is not None else ([], {})
         full = ctx.qualname(func)
         line = self.token(node)
-        called = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        called = last_name(func)
         if _LENGTH_MASK_HELPERS.match(called):
             return _length_mask(line, f"`{called}(...)` is True at each sequence's valid positions")
         if ctx.imported:

@@ -247,20 +247,18 @@ def _top_level_statements(body):
                 yield from _top_level_statements(handler.body.body)
 
 
-def imported_names(fa) -> Optional[ImportedNames]:
-    """The file's imported names (None when the project index gave it nothing)."""
-    found = getattr(fa, "_imported_names", False)
-    if found is False:
-        imported = getattr(fa.ctx, "imported", None)
-        found = ImportedNames(fa.ctx.module, imported) if imported else None
-        fa._imported_names = found
-    return found
+def imported_names(ctx) -> Optional[ImportedNames]:
+    """The file's imported names, one per file (None when the project index gave it nothing)."""
+    imported = getattr(ctx, "imported", None)
+    if not imported:
+        return None
+    return ctx.derived("imported names", lambda: ImportedNames(ctx.module, imported))
 
 
 def name_value(fa, name: str) -> Optional[Value]:
     """A module constant the file imports from its own project (`from .consts import
     NEAR_INF`): its number, citing where it is set. None: not such a name."""
-    names = imported_names(fa)
+    names = imported_names(fa.ctx)
     member = names.member_of(name) if names is not None else None
     if member is None:
         return None
@@ -276,7 +274,7 @@ def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
     """The flow's hook: what `node` returns when it calls a name the file imports from its
     own project (an imported function, class or a method of an imported class's instance).
     None: not such a call (the flow goes on as before)."""
-    names = imported_names(fa)
+    names = imported_names(fa.ctx)
     if names is None:
         return None
     func = strip_parens(node.func)

@@ -23,7 +23,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ..context import FileContext
+from ..context import FileContext, iter_calls, last_name
 
 NEG_INF = "-inf"  # log(0), log of an underflowed probability
 NAN = "nan"  # 0 / 0, the softmax of a fully masked row
@@ -84,38 +84,35 @@ def repaired_around(ctx: FileContext) -> Optional[str]:
             break
         if not isinstance(outer, cst.Call):
             continue
-        full = ctx.qualname(outer.func) or ""
-        attr = outer.func.attr.value if isinstance(outer.func, cst.Attribute) else ""
-        name = full.rsplit(".", 1)[-1] if full else attr
+        full = ctx.qualname(outer.func)  # an aliased import reads by its real name
+        name = full.rsplit(".", 1)[-1] if full else last_name(outer.func)
         if name in _WRAPPERS:
             return f"repaired by `{name}`"
     return None
 
 
-
 def repaired_in_function(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
-    """`nan_to_num` or an `isnan` test anywhere after `node` in the same function: the author
-    repairs the NaN rows downstream (kornia's LightGlue zeroes them after the matmul). Looser
-    than `repaired_after`, for NaN that a later value carries whole (a fully masked row)."""
+    """`nan_to_num` or an `isnan` test anywhere after `node` in the same function, also
+    `nan_to_num` passed as a function (`map(torch.nan_to_num, (a, b))`): the author repairs
+    the NaN downstream (kornia's LightGlue zeroes fully masked rows after the matmul). Looser
+    than `repaired_after`, for NaN that a later value carries whole."""
     function = ctx.enclosing_function()
     if function is None:
         return None
     start, _ = ctx.span(node)
-    stack = [function]
-    while stack:
-        n = stack.pop()
-        stack.extend(n.children)
-        if isinstance(n, cst.Call):
-            func = n.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else (
-                func.value if isinstance(func, cst.Name) else "")
-            if name in ("nan_to_num", "nan_to_num_", "isnan") and ctx.span(n)[0] > start:
-                return f"`{name}` at line {ctx.span(n)[0].row}"
-        elif isinstance(n, cst.Arg) and ctx.span(n)[0] > start:
-            # `map(nan_to_num, (edge_s, edge_v))`: the repair passed as a function.
-            value = n.value
-            name = value.attr.value if isinstance(value, cst.Attribute) else (
-                value.value if isinstance(value, cst.Name) else "")
-            if name == "nan_to_num":
-                return f"`nan_to_num` at line {ctx.span(n)[0].row}"
+    for call in iter_calls(function):
+        at = ctx.span(call)[0]
+        if at <= start:
+            continue
+        name = last_name(call.func)
+        if name in ("nan_to_num", "nan_to_num_", "isnan"):
+            return f"`{name}` at line {at.row}"
+        if any(last_name(arg.value) == "nan_to_num" for arg in call.args):
+            return f"`nan_to_num` at line {at.row}"
     return None
+
+
+def repaired_downstream(ctx: FileContext, node: cst.CSTNode, produces: str, within: int = 3) -> Optional[str]:
+    """`repaired_after` or `repaired_in_function`: the NaN is tested or replaced by name in
+    the next statements, or removed later in the function."""
+    return repaired_after(ctx, produces, within) or repaired_in_function(ctx, node)

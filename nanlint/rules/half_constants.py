@@ -845,8 +845,7 @@ keep -inf and repair the softmax output (`torch.nan_to_num(probs, nan=0.0)`).
         fill_call, receiver, mask, value, inplace = found
         if not _reaches(ctx, fill_call) or _causal_mask(ctx, mask) or _keeps_row_max(ctx, mask):
             return
-        if (repairs.repaired_around(ctx) or repairs.repaired_after(ctx, repairs.NAN, 4)
-                or repairs.repaired_in_function(ctx, node)):
+        if repairs.repaired_around(ctx) or repairs.repaired_downstream(ctx, node, repairs.NAN, 4):
             return
         witness = dtype_witness(ctx, receiver)
         edits: tuple = ()

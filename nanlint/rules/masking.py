@@ -781,8 +781,7 @@ there.
             # empty selection gives an empty result (its sum is 0), not 0 / 0.
             return
         names = conditions.names_read(ctx, mask) | conditions.names_read(ctx, subscript.value, follow=False)
-        if (conditions.guarded_by_condition(ctx, names) or repairs.repaired_after(ctx, repairs.NAN)
-                or repairs.repaired_in_function(ctx, node)):
+        if conditions.guarded_by_condition(ctx, names) or repairs.repaired_downstream(ctx, node, repairs.NAN):
             return
         edits = ()
         fixed = None
@@ -861,8 +860,7 @@ there.
         if analysis.nonempty(ctx, mask) or analysis.excludes_zero(ctx, count_node):
             return
         names = conditions.names_read(ctx, mask) | ({count_node.value} if isinstance(count_node, cst.Name) else set())
-        if (conditions.guarded_by_condition(ctx, names) or repairs.repaired_after(ctx, repairs.NAN)
-                or repairs.repaired_in_function(ctx, node)):
+        if conditions.guarded_by_condition(ctx, names) or repairs.repaired_downstream(ctx, node, repairs.NAN):
             return
         if ctx.precision is not None and self._inside_guarding_call(ctx):
             return

@@ -481,7 +481,7 @@ expansion depending on the shapes. `clamp(min=0)` alone fixes the value but leav
 infinite gradient at the clamped entries (NAN122)."""
     references = (
         "https://pytorch.org/docs/stable/generated/torch.cdist.html",
-        "https://github.com/pytorch/pytorch/issues/57690",
+        "https://github.com/open-mmlab/mmcv/issues/2178",
     )
 
     def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
