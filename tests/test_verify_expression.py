@@ -198,3 +198,17 @@ def test_dbnet_on_cuda():
     assert v.verdict == "confirmed", v.line()
     assert v.witness.device == "cuda"
     assert any(c.context["autocast"] == "float16" for c in v.contexts)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_probe_that_makes_a_mask_from_sizes_runs_on_cuda():
+    """`torch.arange(4)` inside the probe is made on the GPU beside its inputs."""
+    tail = "(torch.arange(4)[None, :] >= n[:, None])"
+    v = verify_expression(
+        probe(f"(x * {tail}).sum(-1) / {tail}.sum(-1)", f"(x * {tail}).sum(-1) / {tail}.sum(-1).clamp(min=1)",
+              "x", "n"),
+        "cuda",
+    )
+    assert v.verdict == "confirmed", v.line()
+    assert v.witness.device == "cuda"

@@ -167,6 +167,21 @@ def test_reference_mode_keeps_float64_and_the_program_dtype_constants():
     assert float(ref) == 1.0 + torch.finfo(torch.float16).eps
 
 
+def test_tensors_made_from_sizes_go_to_the_inputs_device():
+    """`torch.arange(T) < lengths[:, None]` on a GPU: the arange must be made there too. The
+    meta device stands in for CUDA (a CPU tensor compared with it fails the same way)."""
+    import torch
+
+    lengths = torch.empty(3, device="meta")
+    for text in ("torch.arange(4)[None, :] < lengths[:, None]", "torch.arange(4, device=lengths.device) < 2",
+                 "lengths[:, None] + torch.zeros(3, 4)",
+                 "lengths + torch.rand(3)"):
+        out = Interpreter(check_expression(text, ["lengths"]))({"lengths": lengths})
+        assert out.device.type == "meta", text
+    cpu = Interpreter(check_expression("torch.arange(4) + x", ["x"]))({"x": torch.zeros(4)})
+    assert cpu.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def _run_without_torch(args, cwd):
     """Run nanlint in a subprocess where `import torch` fails."""
     blocker = (

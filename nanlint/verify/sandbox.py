@@ -675,6 +675,9 @@ class Interpreter:
         # Every op's size and work are bounded before it runs and checked after (budget.py).
         self.budget = budget if budget is not None else Budget()
         self._functions: Dict[str, Any] = {}
+        # Where the inputs live: a tensor the probe makes from sizes alone (`torch.arange(n)`)
+        # goes there too, or comparing it with a CUDA input fails on a GPU.
+        self._device: Any = None
 
     def for_reference(self, dtype: Any) -> "Interpreter":
         return Interpreter(self.checked, reference_dtype=dtype, budget=self.budget)
@@ -689,6 +692,7 @@ class Interpreter:
         return value
 
     def __call__(self, env: Mapping[str, Any]) -> Any:
+        self._device = next((v.device for v in env.values() if isinstance(v, self.torch.Tensor)), None)
         try:
             return self._eval(self.checked.tree.body, env)
         except Refused:
@@ -853,6 +857,9 @@ class Interpreter:
         device = kwargs.get("device")
         if device is not None and not isinstance(device, torch.device):
             raise EvaluationError("device= only with a tensor's device")
+        if (kind == "function" and what in W.FROM_SIZES_FUNCTIONS and device is None
+                and self._device is not None and self._device.type != "cpu"):
+            kwargs["device"] = self._device
         if kind == "function" and what in W.RANDOM_FUNCTIONS:
             return self._bounded(what, what.rsplit(".", 1)[-1], lambda *a, **k: self._random(node, what, a, k),
                                  args, kwargs, args)
@@ -989,7 +996,7 @@ def _check_size(torch: Any, what: str, args: Sequence[Any], kwargs: Mapping[str,
         if not any(isinstance(v, int) for v in sizes):
             raise EvaluationError("one_hot needs an explicit num_classes here")
     for v in sizes:
-        if v is None or isinstance(v, torch.dtype):
+        if v is None or isinstance(v, (torch.dtype, torch.device)):
             continue
         if isinstance(v, bool) or not isinstance(v, int):
             raise EvaluationError(f"{what}: a size argument must be an integer constant, "

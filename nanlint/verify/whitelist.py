@@ -142,6 +142,10 @@ FRESH_FUNCTIONS: FrozenSet[str] = frozenset(
     f"torch.{n}" for n in "zeros ones full empty rand randn empty_like zeros_like ones_like full_like "
     "rand_like randn_like".split()
 )
+# Creation functions that take only sizes (no tensor to copy a device from).
+FROM_SIZES_FUNCTIONS: FrozenSet[str] = frozenset(
+    f"torch.{n}" for n in "zeros ones full empty rand randn randint arange linspace logspace eye".split()
+)
 FILLERS: FrozenSet[str] = frozenset("uniform_ normal_ fill_ zero_".split())
 
 # Arguments that are sizes (integers): an input passed there is a small integer, not a tensor.
