@@ -147,6 +147,17 @@ def within_block_after(anchor: Event, other: Event) -> bool:
     return ko > ka or (ko == ka and other.order > anchor.order)
 
 
+def reached_after(anchor: Event, other: Event) -> bool:
+    """`other` runs after `anchor` once `anchor` has run: in its block (or nested below it),
+    or after the `with`/`try` blocks and loops that hold `anchor` (not after an `if`)."""
+    if within_block_after(anchor, other):
+        return True
+    if not follows(anchor, other):
+        return False
+    level = _common_level(anchor, other)
+    return all(entry in _UNCONDITIONAL or entry == "loop" for entry in anchor.entries[level:])
+
+
 class _Facts:
     """What a file says about optimizers and scalers, and its events per region."""
 
@@ -632,7 +643,7 @@ between them. When the step is `scaler.step(optimizer)`, the moved clip then nee
         steps = [
             e
             for e in events
-            if e.kind in ("step", "scaler_step") and e.order < clip.order and within_block_after(e, clip)
+            if e.kind in ("step", "scaler_step") and e.order < clip.order and reached_after(e, clip)
         ]
         if not steps:
             return
@@ -641,7 +652,7 @@ between them. When the step is `scaler.step(optimizer)`, the moved clip then nee
             return
         # A later optimizer step before the next backward: the clip may be meant for it.
         for later in _until_next_backward(events, clip):
-            if later.kind in ("step", "scaler_step") and within_block_after(step, later):
+            if later.kind in ("step", "scaler_step") and reached_after(step, later):
                 return
         probe = Probe(
             kind="harness",
