@@ -586,8 +586,10 @@ gradient norm is 665; clipping before the step moves the weights by 0.1, clippin
 the step by 66.5, the same as no clip. Trained for 50 steps, the loss stays finite with
 the clip before the step and is `inf` at step 5 with the clip after it.
 
-Only a clip that follows an optimizer step in the same block with no `backward()` in
-between is reported: in `backward(); step(); ...; backward(); clip(); step()` the clip
+Only a clip that runs after an optimizer step with no `backward()` in between is reported:
+later in the step's block or nested below it (`if cfg.clip:`), or after the `with`, `try`
+or loop that holds the step; a step inside an `if` is not followed that way (the clip may
+run on the other branch). In `backward(); step(); ...; backward(); clip(); step()` the clip
 belongs to the next step and is fine. A clip followed by another optimizer's step (two
 optimizers, one clip each) is not reported either. `scheduler.step()`, `env.step(action)`
 and `self.step()` are not optimizer steps.
