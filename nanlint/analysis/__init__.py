@@ -9,6 +9,7 @@
     analysis.single_sample_batch(ctx, x)   # x is a mini-batch whose last one can hold 1 sample
     analysis.summarize_module(ctx)         # picklable summaries for a project index
     repairs.repaired_after(ctx, NEG_INF)   # the -inf/NaN assigned here is tested or replaced next
+    training_events.clip_events(ctx)       # each gradient clip with the backward/step events around it
 
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
 it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values
