@@ -10,6 +10,7 @@
     analysis.summarize_module(ctx)         # picklable summaries for a project index
     repairs.repaired_after(ctx, NEG_INF)   # the -inf/NaN assigned here is tested or replaced next
     training_events.clip_events(ctx)       # each gradient clip with the backward/step events around it
+    dtypes.float16_reason(ctx, tensor)     # why this tensor is float16 here (.half(), autocast matmul...)
 
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
 it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values

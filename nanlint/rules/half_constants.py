@@ -18,6 +18,7 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis import repairs
+from ..analysis.dtypes import float16_reason
 from ..context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args
 from ..ranges import FP16_ROUNDS_TO_ZERO, dtype_witness, pass_through
@@ -25,15 +26,6 @@ from .base import UNSAFE, Rule
 
 FP16_MAX = 65504.0
 
-# Ops whose output is float16 under CUDA autocast (the matmul family); most other ops there
-# either run in float32 (exp, log, softmax, sum, norm...) or keep their input's dtype.
-_LOWP_FUNCTIONS = {
-    "torch.matmul", "torch.mm", "torch.bmm", "torch.einsum", "torch.baddbmm", "torch.addmm",
-    "torch.addbmm", "torch.nn.functional.linear", "torch.nn.functional.conv1d",
-    "torch.nn.functional.conv2d", "torch.nn.functional.conv3d",
-}
-_LOWP_METHODS = {"matmul", "mm", "bmm", "baddbmm", "addmm"}
-_ARITH = (cst.Multiply, cst.Divide, cst.Add, cst.Subtract)
 
 # Consumers that need their argument away from 0: what a vanishing epsilon was guarding.
 _UNARY_CONSUMERS = {
@@ -53,167 +45,6 @@ _EPS_FUNCTIONS = {
 _AUTOCAST_FP32 = {"normalize", "cosine_similarity"}
 
 _INF_NAMES = {"math.inf", "torch.inf", "numpy.inf", "np.inf", "float.inf"}
-
-
-# --------------------------------------------------------------------------- precision
-
-
-def _lowp_output(ctx: FileContext, expr: cst.BaseExpression, depth: int = 6) -> bool:
-    """`expr` is (through local names, scaling and reshapes) the output of a matmul-family op:
-    float16 under CUDA autocast."""
-    if depth <= 0:
-        return False
-    expr, _ = ctx.resolve(strip_parens(expr), None)
-    expr = strip_parens(expr)
-    if isinstance(expr, cst.BinaryOperation):
-        if isinstance(expr.operator, cst.MatrixMultiply):
-            return True
-        if isinstance(expr.operator, _ARITH):
-            return _lowp_output(ctx, expr.left, depth - 1) or _lowp_output(ctx, expr.right, depth - 1)
-        return False
-    if isinstance(expr, cst.Call):
-        full = ctx.qualname(expr.func)
-        if full in _LOWP_FUNCTIONS:
-            return True
-        if isinstance(expr.func, cst.Attribute) and full is None:
-            if expr.func.attr.value in _LOWP_METHODS:
-                return True
-    inner = pass_through(ctx, expr)
-    if inner is not None and not _is_upcast(expr):
-        return _lowp_output(ctx, inner, depth - 1)
-    return False
-
-
-def _is_upcast(expr: cst.BaseExpression) -> bool:
-    return (
-        isinstance(expr, cst.Call)
-        and isinstance(expr.func, cst.Attribute)
-        and expr.func.attr.value in ("float", "double", "to", "type", "type_as")
-    )
-
-
-# Ops CUDA autocast runs in float32 (NUMERICS.md): their output is float32 there.
-_AUTOCAST_TO_FP32 = {
-    "exp", "expm1", "log", "log1p", "log2", "log10", "pow", "reciprocal", "rsqrt", "softmax",
-    "log_softmax", "softmin", "softplus", "sum", "prod", "cumsum", "cumprod", "norm", "normalize",
-    "cosine_similarity", "layer_norm", "group_norm", "acos", "asin", "tan", "sinh", "cosh",
-    "erfinv", "cdist", "pdist", "dist", "mean", "var", "std",
-}
-_CASTS = {"float", "double", "to", "type", "type_as", "half", "bfloat16"}
-
-
-def _dtype_sources(ctx: FileContext, expr: cst.BaseExpression, autocast: bool, depth: int = 6):
-    """`expr` and the tensors whose dtype it has: `h.abs()`, `v.norm(dim=-1)`, `h * 2`,
-    `torch.relu(h)` keep `h`'s dtype (outside autocast; inside it, ops autocast runs in
-    float32 end the chain). Casts end it too (`half_dtype` reads them)."""
-    out = []
-    frontier = [strip_parens(expr)]
-    while frontier and depth > 0:
-        depth -= 1
-        nxt = []
-        for e in frontier:
-            out.append(e)
-            if isinstance(e, cst.Name):
-                value = ctx.value_of(e)
-                if value is not e and value is not None:
-                    nxt.append(strip_parens(value))
-                continue
-            if isinstance(e, cst.BinaryOperation) and isinstance(e.operator, _ARITH + (cst.Power, cst.MatrixMultiply)):
-                for side in (e.left, e.right):
-                    if number_value(strip_parens(side)) is None:
-                        nxt.append(strip_parens(side))
-                continue
-            if isinstance(e, cst.UnaryOperation):
-                nxt.append(strip_parens(e.expression))
-                continue
-            if isinstance(e, cst.Call):
-                full = ctx.qualname(e.func)
-                if isinstance(e.func, cst.Attribute) and full is None:
-                    name = e.func.attr.value
-                    source = e.func.value
-                elif full and full.startswith("torch.") and e.args and e.args[0].keyword is None:
-                    name = full.rsplit(".", 1)[-1]
-                    source = e.args[0].value
-                else:
-                    continue
-                if name == "to" and not _fp32_cast(ctx, e) and ctx.precision.half_dtype(e) is None:
-                    # `.to(device)`: a move keeps the dtype.
-                    nxt.append(strip_parens(source))
-                    continue
-                if name in _CASTS or "dtype" in {a.keyword.value for a in e.args if a.keyword}:
-                    continue
-                if autocast and name in _AUTOCAST_TO_FP32:
-                    continue
-                nxt.append(strip_parens(source))
-            elif isinstance(e, cst.Subscript):
-                nxt.append(strip_parens(e.value))
-            elif isinstance(e, cst.Attribute) and e.attr.value in ("T", "mT", "data"):
-                nxt.append(strip_parens(e.value))
-        frontier = nxt
-    return out
-
-
-def _fp32_cast(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    """`x.float()`, `x.double()`, `x.to(torch.float32)`, `dtype=torch.float32`: float32 on purpose."""
-    if not isinstance(expr, cst.Call):
-        return False
-    if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("float", "double") and not expr.args:
-        return True
-    return any(
-        ctx.qualname(a.value) in ("torch.float32", "torch.float", "torch.float64", "torch.double")
-        for a in expr.args
-    )
-
-
-def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_op: bool = False) -> Optional[str]:
-    """Why `tensor` is float16 here, or None: evidently float16 (`.half()`, a float16 dtype,
-    a module made half); inside a float16 autocast region, a matmul output (autocast keeps
-    other values float32, and runs `normalize`-like ops in float32 on CUDA); in a project
-    that trains in float16 (configured, or shown by another file), a matmul output too (model activations: schedulers,
-    metrics, optimizer state and preprocessing stay float32 even in half-precision projects).
-    A visible float32 cast ends the question."""
-    region = ctx.precision.in_autocast
-    lowp = False
-    function = ctx.enclosing_function()
-    function_code = node_code(function) if function is not None else ""
-    for source in _dtype_sources(ctx, tensor, region is not None):
-        if region is not None and region.effective_dtype == "float16" and _lowp_output(ctx, source, 1):
-            # Autocast computes a matmul in float16 whatever its inputs (casts below it
-            # do not matter); a cast above it was met first.
-            if autocast_fp32_op and region.device != "cpu":
-                return None
-            return "the tensor is a matmul output, float16 under autocast"
-        if _fp32_cast(ctx, source):
-            return None
-        if isinstance(source, cst.Name) and re.search(
-            rf"\b{re.escape(source.value)}(?:\s*=[^\n]*)?\.(?:float\(\)|double\(\)|(?:to|type)\(torch\.float32\))",
-            function_code,
-        ):
-            # `q, k = q.float(), k.float()` (a tuple assignment names cannot follow).
-            return None
-        dtype = ctx.precision.half_dtype(source)
-        if dtype == "float16":
-            return "the tensor is float16"
-        if dtype == "bfloat16":
-            return None
-        if not lowp and _lowp_output(ctx, source):
-            lowp = True
-    elsewhere = analysis.half_evidence(ctx) if region is None else None
-    if elsewhere is not None and elsewhere.source == "module":
-        return f"the tensor is float16: {elsewhere.reason}"
-    if not lowp:
-        return None
-    if elsewhere is not None and elsewhere.source == "autocast" and not autocast_fp32_op:
-        return f"the tensor is a matmul output, float16 under autocast: {elsewhere.reason}"
-    if region is not None:
-        if autocast_fp32_op and region.device != "cpu":
-            return None
-        if region.effective_dtype == "float16":
-            return "the tensor is a matmul output, float16 under autocast"
-        return None
-    if ctx.precision.configured == "float16":
-        return f"the tensor is a matmul output and the project runs in float16 ({ctx.precision.configured_reason})"
-    return None
 
 
 # --------------------------------------------------------------------------- helpers
