@@ -422,7 +422,7 @@ class MaskedFillOverflow(Rule):
     )
     fix_applicability = UNSAFE
     fix_title = "Fill with `torch.finfo(x.dtype).min`"
-    triggers = r"masked_fill|\bwhere\s*\("
+    triggers = r"masked_fill|\bwhere\s*\(|\]\s*=[^=]"
     summary = "`masked_fill(mask, -1e9)` / `where(mask, x, -1e9)` on a float16 tensor: RuntimeError or -inf."
     why = """\
 Attention code masks scores with a large negative number before a softmax. float16 holds
@@ -443,7 +443,9 @@ trains in float16: `precision = "fp16"` in the config, or, with the default
 trains it under mixed precision (a `GradScaler`, CUDA autocast, a `--fp16` option), which
 the message cites: the attention module rarely shows that the trainer makes it half. In
 float32 and bfloat16 code -1e9 is harmless and not reported. The subscript form
-(`scores[mask] = -1e9`) and `torch.tensor(-1e9)` are not reported yet.
+(`scores[:, :, pad_idx] = -1e9`) is reported on the same evidence (it has no probe for
+`nanlint verify`, which runs expressions, not assignments); `torch.tensor(-1e9)` is not
+reported yet.
 
 A function called inside a float16 autocast region elsewhere in the file counts as running
 under autocast: its matmul outputs are float16 and the fill overflows (the message names the
@@ -478,6 +480,11 @@ torch 2.13 CPU, `x = torch.zeros(2, 3, dtype=torch.float16)`, one row fully mask
 | -65519, -65520, -1e5, -1e9, -1e30 | RuntimeError (also `masked_fill_`) | -inf | NaN |
 | -1e9 in float32 or bfloat16 | fits | fits | uniform |
 | `q @ k.T` in CPU autocast(float16), then `masked_fill(m, -1e9)` | RuntimeError | | |
+
+The subscript assignments `x[:, 0] = -1e20`, `x[m] = -1e9` and `x[0] = -1e9` on a float16
+tensor write -inf, on the CPU and on CUDA (torch 2.11, H100) alike: nothing raises, and a later
+`scores * 0` (a label-smoothing weight of 0 at the padding index) or a row that is all -inf
+gives NaN.
 
 torch 2.11 on an NVIDIA H100, a float16 CUDA tensor: `masked_fill(m, -1e9)`,
 `torch.where(m, x, -1e9)` and `torch.where(m, x, -1e30)` all raise the RuntimeError;
@@ -524,6 +531,26 @@ the finding has no fix. A positive fill beyond 65504 becomes `torch.finfo(x.dtyp
         reason = float16_reason(ctx, tensor)
         if reason is None:
             return
+        # Measured on an H100 (torch 2.11): CUDA's `torch.where` refuses the scalar too.
+        what = ("raises a RuntimeError" if full != "torch.where"
+                else f"gives {'-inf' if big < 0 else 'inf'} on the CPU and raises a RuntimeError on CUDA")
+        self._report(ctx, node, tensor, value, big, reason, what, probe=True)
+
+    def visit_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
+        # `scores[:, :, pad] = -1e20`: the value is cast to the tensor's dtype as in masked_fill.
+        big = _big(ctx, node.value)
+        if big is None:
+            return
+        for target in node.targets:
+            if isinstance(target.target, cst.Subscript):
+                reason = float16_reason(ctx, target.target.value)
+                if reason is not None:
+                    # Measured on the CPU and an H100: the assignment writes -inf, it never raises.
+                    what = f"writes {'-inf' if big < 0 else 'inf'} (CPU and CUDA)"
+                    self._report(ctx, node, target.target.value, node.value, big, reason, what, probe=False)
+                    return
+
+    def _report(self, ctx: FileContext, node, tensor, value, big, reason, what, probe: bool) -> None:
         attr = "min" if big < 0 else "max"
         witness = dtype_witness(ctx, tensor)
         edits: tuple = ()
@@ -534,15 +561,14 @@ the finding has no fix. A positive fill beyond 65504 becomes `torch.finfo(x.dtyp
             fix_text, imports = _finfo_text(ctx, witness, attr)
             edits = (ctx.replace(literal, fix_text),) + imports
             replacement = _finfo_canonical(ctx, witness, attr)
-        # Measured on an H100 (torch 2.11): CUDA's `torch.where` refuses the scalar too.
-        what = ("raises a RuntimeError" if full != "torch.where"
-                else f"gives {'-inf' if big < 0 else 'inf'} on the CPU and raises a RuntimeError on CUDA")
         message = (
             f"Fill value `{node_code(literal)}` is beyond float16's range (±65504) and {reason}: "
             f"the fill {what}; use `torch.finfo(x.dtype).{attr}` (x the filled tensor)"
         )
+        # An assignment is a statement: the verifier runs expressions only.
         ctx.report(self, node, message=message, edits=edits,
-                   probe=self._probe(ctx, node, tensor, literal, big, witness, attr, replacement is not None))
+                   probe=(lambda: self._probe(ctx, node, tensor, literal, big, witness, attr, replacement is not None))
+                   if probe else None)
 
     def _probe(self, ctx: FileContext, node: cst.Call, tensor, literal, big, witness, attr, fixable):
         """The fill as the verifier can run it: the value as a number (not `float("-1e9")` or a
