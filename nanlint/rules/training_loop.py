@@ -32,6 +32,24 @@ from .base import UNSAFE, Rule
 # LightningModule.clip_gradients).
 _SELF_UNSCALING = ("accelerator", "fabric")
 
+def _short_code(ctx: FileContext, node: cst.CSTNode, fallback: str, limit: int = 60) -> str:
+    """The node's code for a message, or `fallback` where it spans lines or runs long."""
+    code = ctx.code(node)
+    return fallback if "\n" in code or len(code) > limit else code
+
+
+def _cited(ctx: FileContext, event: Event, fallback: str) -> str:
+    """`optimizer.step()` (line 58): the event's code and line, for a message to cite."""
+    return f"`{_short_code(ctx, event.call, fallback)}` (line {ctx.span(event.call)[0].row})"
+
+
+def _unscale_call(ctx: FileContext, scaler_step: Event) -> str:
+    """`scaler.unscale_(opt)` for the `scaler.step(opt)` that follows the clip."""
+    argument = scaler_step.argument
+    optimizer = _short_code(ctx, argument, "optimizer", 40) if argument is not None else "optimizer"
+    return f"{scaler_step.receiver}.unscale_({optimizer})"
+
+
 # ---------------------------------------------------------------------------------- editing
 
 
@@ -232,7 +250,12 @@ between them. When the step is `scaler.step(optimizer)`, the moved clip then nee
             harness="clip-after-step",
             params=_clip_params(clip),
         )
-        ctx.report(self, clip.call, edits=self._move(step, clip, ctx), probe=probe)
+        message = (
+            f"Gradient clipped after {_cited(ctx, step, 'optimizer.step()')}: the step already applied the "
+            "unclipped gradient, so the clip has no effect on this update; clip between `backward()` and "
+            "`step()`"
+        )
+        ctx.report(self, clip.call, message=message, edits=self._move(step, clip, ctx), probe=probe)
 
     def _move(self, step: Event, clip: Event, ctx: FileContext) -> Tuple[Edit, ...]:
         step_line = _single_line(step)
@@ -402,7 +425,13 @@ of one optimizer in one step raises a RuntimeError).
         edits: Tuple[Edit, ...] = ()
         if dominates(backward, clip) and not events_between(events, clip, steps[-1], ("unscale",)):
             edits = self._insert(clip, steps, ctx)
-        ctx.report(self, clip.call, edits=edits, probe=probe)
+        message = (
+            "Gradient clipped while still multiplied by the GradScaler's scale (65536 at the start) "
+            f"from {_cited(ctx, backward, 'scaler.scale(loss).backward()')}: the clip sees a norm 65536 "
+            f"times too large and shrinks the update by the same factor; call `{_unscale_call(ctx, steps[0])}` "
+            "before clipping"
+        )
+        ctx.report(self, clip.call, message=message, edits=edits, probe=probe)
 
     def _insert(self, clip: Event, steps: List[Event], ctx: FileContext) -> Tuple[Edit, ...]:
         line = clip.statement
@@ -536,4 +565,10 @@ since the last update()` (measured), so the rewrite alone would break the loop.
             optimizer = ctx.code(receiver)
             if "\n" not in optimizer:
                 edits = (ctx.replace(step.call, f"{backward.scaled_by}.step({optimizer})"),)
-        ctx.report(self, step.call, edits=edits, probe=probe)
+        optimizer = _short_code(ctx, receiver, "optimizer", 40)
+        message = (
+            f"`{optimizer}.step()` after {_cited(ctx, backward, 'scaler.scale(loss).backward()')} applies the "
+            "still-scaled gradient (65536 times the update with SGD) and skips GradScaler's inf/NaN check, and "
+            f"`scaler.update()` then raises; use `{backward.scaled_by}.step({optimizer})`"
+        )
+        ctx.report(self, step.call, message=message, edits=edits, probe=probe)
