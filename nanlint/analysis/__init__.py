@@ -32,7 +32,7 @@ from ..context import FileContext, dotted_name
 from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput
 from .flow import Env, FileAnalysis
-from . import imports, summaries, transfer
+from . import imports, sampled_actions, summaries, transfer
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join
 from .batches import single_sample_batch
 
@@ -105,8 +105,9 @@ def imported_constant(ctx: FileContext, expr: cst.BaseExpression) -> Optional[fl
 
 def excludes_zero(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     """The flow proves `expr` is never exactly 0 here (a branch, an assert, an in-place
-    clamp, a masked replacement). `cite(ctx, value(ctx, expr))` says why."""
-    return value(ctx, expr).excludes_zero
+    clamp, a masked replacement; `cite(ctx, value(ctx, expr))` says why), or it is the
+    probability of an action sampled from the same policy (sampled_actions.py)."""
+    return value(ctx, expr).excludes_zero or sampled_actions.sampled_probability(ctx, expr) is not None
 
 
 def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[str, str]]:
@@ -115,7 +116,7 @@ def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[st
     a module held in an attribute, or passed to this function by the file's own calls. None
     where nothing says so."""
     v = value(ctx, expr)
-    if v.excludes_zero or v.zero not in _ZERO_REASONS:
+    if v.excludes_zero or v.zero not in _ZERO_REASONS or sampled_actions.sampled_probability(ctx, expr):
         return None
     if not any(("returned by" in e.reason or "output" in e.reason or "forward" in e.reason
                 or "passed as" in e.reason) for e in v.evidence):

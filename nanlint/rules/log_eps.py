@@ -93,8 +93,15 @@ instead (`log(1 - p + eps)`), which is what the guard meant.
 Not reported: values with no visible origin (a function parameter that the file's calls say
 nothing about, an attribute, a model output whose `forward` the file does not show: the rule
 does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
-`softplus`, positive constants), and the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
-whose -inf entries are the point.
+`softplus`, positive constants), the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
+whose -inf entries are the point, and the probability of an action the file samples from the
+same policy (`a = Categorical(model.pi(s)).sample()`, then `torch.log(pi.gather(1, a))` in the
+update, the index named like an action): a Categorical never draws an action of probability
+0, and an on-policy update recomputes the probability it was drawn with. The log of the
+whole distribution (an entropy) is still reported, and so is the sampled action's where the
+file keeps a replay buffer (off-policy: an older policy drew it, the current one may give it
+0). On minimalRL's on-policy scripts (A2C, A3C, actor-critic, PPO, PPO-LSTM, V-trace) a blind
+review judged 7 of 9 such findings false alarms and the 2 on ACER's replayed actions real.
 """
     example = """\
 ```python

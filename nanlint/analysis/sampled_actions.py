@@ -1,0 +1,197 @@
+"""The probability a policy gave an action sampled from it is not 0.
+
+On-policy reinforcement learning draws each action from the policy's softmax
+(`a = Categorical(model.pi(s)).sample()`), stores it, and later recomputes the policy on the
+stored states to take `torch.log(pi.gather(1, a))`. Categorical never draws an action whose
+probability is exactly 0, and the recomputed probability is the one the action was drawn
+with (or a few small steps away from it), so that log is finite: by the standard in
+DEVELOPERS.md a zero that needs such a draw is not a hazard. The log of the whole
+distribution (`torch.log(pi)`, an entropy) is not covered: an action that was not drawn can
+have probability 0.
+
+Where the file keeps a replay buffer, the stored actions may have been drawn by a much older
+policy (off-policy: ACER, SAC-discrete), and the current policy may give them 0: no fact then.
+Gathering by a label (`probs.gather(1, target)`, supervised learning) is not a sampled action
+either: the file must sample from the same callee (`self.pi`, `model.pi`, `policy`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Optional
+
+import libcst as cst
+
+from ..context import FileContext, last_name, strip_parens
+
+_SAMPLERS = re.compile(r"Categorical|multinomial")
+# A replay buffer in use (`ReplayBuffer(...)`, `self.replay_buffer.sample(...)`).
+_OFF_POLICY = re.compile(r"\b\w*[Rr]eplay\w*\s*[.(]")
+# The index of the selection names an action (`a`, `a_vec`, `actions`, `act_batch`): the
+# actions reach the update through a buffer the flow cannot follow, labels look the same.
+_ACTION_TOKENS = {"a", "act", "acts", "action", "actions"}
+# Shape-only methods between the selection and the log (`pi.gather(1, a).reshape(-1)`).
+_SHAPE = {"squeeze", "unsqueeze", "reshape", "view", "flatten", "view_as", "reshape_as"}
+_SELECT = {"gather", "take_along_dim"}
+
+
+def sampled_probability(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """Evidence that `expr` is the probability a policy gives an action that the file samples
+    from that same policy (`pi.gather(1, a)` with `Categorical(model.pi(s)).sample()` at line
+    100), or None."""
+    if not _SAMPLERS.search(ctx.source) or _OFF_POLICY.search(ctx.source):
+        return None
+    source = _selected_from(ctx, expr)
+    if source is None:
+        return None
+    callee = _callee(ctx, source)
+    if callee is None:
+        return None
+    line = _sampled_callees(ctx).get(callee)
+    if line is None:
+        return None
+    return f"the probability of an action sampled from `{callee}` at line {line}"
+
+
+def _selected_from(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """`pi` for `pi.gather(1, a)`, `torch.gather(pi, 1, a)`, `pi[range(n), a]` (through
+    local names and shape-only methods)."""
+    node = _through_names(ctx, expr)
+    for _ in range(4):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            method = node.func.attr.value
+            if method in _SHAPE:
+                node = _through_names(ctx, node.func.value)
+                continue
+            if method in _SELECT and ctx.qualname(node.func) is None and len(node.args) >= 2:
+                return node.func.value if _names_actions(node.args[1].value) else None
+            return None
+        if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.gather" and len(node.args) >= 3:
+            return node.args[0].value if _names_actions(node.args[2].value) else None
+        if isinstance(node, cst.Subscript):
+            indices = [e.slice for e in node.slice]
+            if any(isinstance(i, cst.Index) and _names_actions(i.value) for i in indices):
+                return node.value
+        return None
+    return None
+
+
+def _names_actions(index: cst.BaseExpression) -> bool:
+    index = strip_parens(index)
+    while isinstance(index, cst.Call) and isinstance(index.func, cst.Attribute):
+        index = index.func.value  # `a.long()`, `actions.unsqueeze(-1)`
+    name = last_name(index) if isinstance(index, (cst.Name, cst.Attribute)) else ""
+    return bool(_ACTION_TOKENS & set(re.split(r"[_\d]+", name.lower())))
+
+
+def _through_names(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
+    node = strip_parens(ctx.value_of(strip_parens(node)))
+    if isinstance(node, cst.Name):
+        unpacked = _unpacked_call(ctx.enclosing_function(), node.value)
+        if unpacked is not None:
+            return unpacked
+    return node
+
+
+def _callee(ctx: FileContext, source: cst.BaseExpression) -> Optional[str]:
+    """`pi` for `self.pi(s)`, `model.pi(s)`, a name assigned one of them; `policy` for
+    `policy(s)`."""
+    node = _through_names(ctx, source)
+    for _ in range(4):
+        if not (isinstance(node, cst.Call) and ctx.qualname(node.func) is None):
+            return None
+        if not _reshapes(node):
+            return last_name(node.func) or None
+        node = _through_names(ctx, node.func.value)
+    return None
+
+
+def _unpacked_call(function: Optional[cst.CSTNode], name: str) -> Optional[cst.Call]:
+    """The call whose first result `name` takes in `function` (`pi, h = model.pi(s, h)`)."""
+    if function is None:
+        return None
+    for node in _walk(function):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+            for target in node.targets:
+                t = target.target
+                if isinstance(t, (cst.Tuple, cst.List)) and t.elements:
+                    first = t.elements[0].value
+                    if isinstance(first, cst.Name) and first.value == name:
+                        return node.value
+    return None
+
+
+def _sampled_callees(ctx: FileContext) -> Dict[str, int]:
+    """Callees the file samples actions from: `Categorical(prob)` / `prob.multinomial(1)` /
+    `torch.multinomial(prob, 1)` with `prob` a call of the callee (directly or through a
+    name assigned in the same function). Callee -> the line of the first such sample."""
+    return ctx.derived("sampled callees", lambda: _find_sampled(ctx))
+
+
+def _find_sampled(ctx: FileContext) -> Dict[str, int]:
+    found: Dict[str, int] = {}
+
+    def visit(node: cst.CSTNode, function: Optional[cst.CSTNode]) -> None:
+        if isinstance(node, cst.FunctionDef):
+            function = node
+        if isinstance(node, cst.Call):
+            probs = _sampled_argument(ctx, node)
+            if probs is not None:
+                call = _call_in(function, strip_parens(probs))
+                name = last_name(call.func) if call is not None and ctx.qualname(call.func) is None else ""
+                if name and name not in found:
+                    found[name] = ctx.span(node)[0].row
+        for child in node.children:
+            visit(child, function)
+
+    visit(ctx.module, None)
+    return found
+
+
+def _sampled_argument(ctx: FileContext, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The probabilities a sampling call draws from, or None for any other call."""
+    qualname = ctx.qualname(call.func) or ""
+    name = last_name(call.func)
+    if name in ("Categorical", "OneHotCategorical") and (qualname == "" or "distributions" in qualname):
+        for arg in call.args:
+            if arg.keyword is None or arg.keyword.value == "probs":
+                return arg.value
+        return None
+    if qualname == "torch.multinomial" and call.args:
+        return call.args[0].value
+    if name == "multinomial" and qualname == "" and isinstance(call.func, cst.Attribute):
+        return call.func.value
+    return None
+
+
+def _call_in(function: Optional[cst.CSTNode], node: cst.BaseExpression) -> Optional[cst.Call]:
+    """`node` itself when it is a call, else the call last assigned to the name `node` in
+    `function` (plain or as the first of a tuple)."""
+    if isinstance(node, cst.Call):
+        return node
+    if not isinstance(node, cst.Name) or function is None:
+        return None
+    call = None
+    for n in _walk(function):
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and not _reshapes(n.value):
+            for target in n.targets:
+                t = target.target
+                if isinstance(t, cst.Name) and t.value == node.value:
+                    call = n.value
+    return call or _unpacked_call(function, node.value)
+
+
+def _reshapes(call: cst.Call) -> bool:
+    """`prob.view(-1)`: the same probabilities (`prob = prob.view(-1)` is not their source)."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in _SHAPE
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
+
+
+__all__ = ["sampled_probability"]
