@@ -78,6 +78,7 @@ def _plural(n: int, word: str) -> str:
 @click.option("--statistics", is_flag=True, help="Show a count per rule instead of each finding.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too (for pre-commit).")
+@click.option("--lint-tests", is_flag=True, help="Lint test files too (tests/, test_*.py, *_test.py, conftest.py), which a directory walk skips by default.")
 @click.option("--config", "config_path", metavar="PATH", help="Read settings from this TOML file instead of the nearest pyproject.toml.")
 @click.option("--max-file-size", metavar="SIZE", help="Skip larger files with a warning (bytes, or 512KB, 2MB; 0: no limit). Default 1MB.")
 @click.option("--file-timeout", metavar="SECONDS", type=float, help="Report a file as skipped when its analysis takes longer (0: no limit). Default 30.")
@@ -101,6 +102,7 @@ def check(
     statistics: bool,
     exit_zero: bool,
     force_exclude: bool,
+    lint_tests: bool,
     config_path: Optional[str],
     max_file_size: Optional[str],
     file_timeout: Optional[float],
@@ -127,6 +129,7 @@ def check(
     if file_timeout is not None:
         settings.file_timeout = parse_seconds(file_timeout, "--file-timeout")
     settings.force_exclude = settings.force_exclude or force_exclude
+    settings.lint_tests = settings.lint_tests or lint_tests
     if verbose:
         where = settings.source or "no [tool.nanlint] table found: defaults"
         click.echo(f"nanlint: settings: {where}", err=True)

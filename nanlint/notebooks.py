@@ -3,9 +3,10 @@ to cell as in a script), positions are mapped back to cells, and fixes are writt
 only the cells that changed, leaving every other byte of the file (layout, metadata, outputs)
 as it was.
 
-IPython syntax (`%timeit`, `%%bash` cells, `!pip install`, `?obj`, `obj?`) is not Python: such
-lines are replaced by a `pass` that carries a marker for the analysis, so line numbers stay put,
-and restored verbatim when the cells are written back.
+IPython syntax (`%timeit`, `%%bash` cells, `!pip install`, `?obj`, `obj?`, automagics such as
+`cd data/` and `pip install timm`) is not Python: such lines are replaced by a `pass` that
+carries a marker for the analysis, so line numbers stay put, and restored verbatim when the
+cells are written back.
 
 The file is read with the standard library (json); nbformat is not needed to lint.
 """
@@ -40,6 +41,13 @@ _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "pypy"}
 _LINE_MAGIC = re.compile(r"^[ \t]*[%!]")
 _HELP = re.compile(r"^[ \t]*(\?{1,2}[ \t]*\S.*|[\w.\[\]()'\"]+\?{1,2}[ \t]*)$")
 _ASSIGN_MAGIC = re.compile(r"^[ \t]*[\w.,\[\]() \t]+=[ \t]*[%!]")
+# Line magics and shell aliases IPython runs without the `%` (automagic, on by default):
+# `cd data/`, `ls -la`, `pip install timm`. Masked only where the line is not Python.
+_AUTOMAGIC = re.compile(
+    r"^[ \t]*(?:cd|ls|ll|pwd|pip|conda|mamba|cat|cp|mv|rm|rmdir|mkdir|less|more|man|clear|env|"
+    r"load_ext|reload_ext|matplotlib|run|time|timeit|who|whos|history|bookmark|alias|store)"
+    r"(?:[ \t]+\S.*)?$"
+)
 
 
 class NotebookError(Exception):
@@ -276,6 +284,7 @@ def _mask(source: str, masked: List[str]) -> str:
             or _LINE_MAGIC.match(line) is not None
             or _HELP.match(line) is not None
             or _ASSIGN_MAGIC.match(line) is not None
+            or _AUTOMAGIC.match(line) is not None and not _is_python(line.strip())
         )
         if magic:
             indent = re.match(r"[ \t]*", line).group(0)
@@ -287,6 +296,14 @@ def _mask(source: str, masked: List[str]) -> str:
         else:
             out.append(line)
     return "\n".join(out)
+
+
+def _is_python(line: str) -> bool:
+    try:
+        compile(line, "<line>", "exec", flags=0x400, dont_inherit=True)
+        return True
+    except (SyntaxError, ValueError):
+        return False
 
 
 def read_notebook(raw: str) -> Optional[Notebook]:

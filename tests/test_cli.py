@@ -744,23 +744,45 @@ def test_per_file_ignores(cli, tmp_path, fake_rules):
     write(tmp_path / "pyproject.toml", (
         "[tool.nanlint]\n"
         "[tool.nanlint.per-file-ignores]\n"
-        '"tests/*" = ["NAN1"]\n'
+        '"scripts/*" = ["NAN1"]\n'
         '"legacy.py" = ["NAN990"]\n'
     ))
-    write(tmp_path / "tests" / "t.py", SELECTION)
+    write(tmp_path / "scripts" / "t.py", SELECTION)
     write(tmp_path / "legacy.py", SELECTION)
     write(tmp_path / "src" / "m.py", SELECTION)
     r = cli(".")
     got = sorted((m.group("path"), m.group("code")) for m in r.lines())
     assert got == [
         ("legacy.py", "NAN101"),
+        ("scripts/t.py", "NAN990"),
         ("src/m.py", "NAN101"),
         ("src/m.py", "NAN990"),
-        ("tests/t.py", "NAN990"),
     ]
     # Patterns are relative to the config's directory, wherever nanlint runs from.
-    os.chdir(tmp_path / "tests")
+    os.chdir(tmp_path / "scripts")
     assert _codes(cli("t.py")) == ["NAN990"]
+
+
+def test_test_files_are_skipped_unless_asked_for(cli, tmp_path):
+    """A test's expected value is the textbook formula on purpose: a walk skips test files;
+    a test directory or file named on the command line, `--lint-tests` or `lint-tests = true`
+    lints them; `--force-exclude` (pre-commit) skips a named one."""
+    for rel in ("src/m.py", "src/contest.py", "src/m_test.py", "src/conftest.py", "tests/helpers.py",
+                "pkg/test/util.py", "test_top.py"):
+        write(tmp_path / rel, HAZARD)
+
+    def paths(r):
+        return sorted({m.group("path") for m in r.lines()})
+
+    assert paths(cli(".")) == ["src/contest.py", "src/m.py"]
+    assert paths(cli("tests")) == ["tests/helpers.py"]
+    assert paths(cli("src/m_test.py")) == ["src/m_test.py"]
+    assert paths(cli("--force-exclude", "src/m_test.py", "src/m.py")) == ["src/m.py"]
+    everything = ["pkg/test/util.py", "src/conftest.py", "src/contest.py", "src/m.py", "src/m_test.py",
+                  "test_top.py", "tests/helpers.py"]
+    assert paths(cli("--lint-tests", ".")) == everything
+    write(tmp_path / "pyproject.toml", "[tool.nanlint]\nlint-tests = true\n")
+    assert paths(cli(".")) == everything
 
 
 def test_exclude_and_extend_exclude(cli, tmp_path):

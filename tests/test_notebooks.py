@@ -202,6 +202,24 @@ def test_magics_are_masked_not_reported_and_restored(tmp_path, monkeypatch, caps
     assert sources[2] == cells[2].replace("1 / (1 + torch.exp(-y))", "torch.sigmoid(y)")
 
 
+def test_automagics_without_percent_are_masked_and_restored(tmp_path, monkeypatch, capsys):
+    """Colab-style cells: `cd repo/`, `ls -la`, `pip install timm` run as magics in IPython."""
+    monkeypatch.chdir(tmp_path)
+    cells = [
+        "cd LearningToPaint/\nls -la\n",
+        "pip install timm\nimport torch\ndef gate(x):\n    return 1 / (1 + torch.exp(-x))\n",
+        "cd = 3\nls = [cd]\n",  # Python that happens to use those names: left alone
+    ]
+    (tmp_path / "nb.ipynb").write_text(notebook(*cells))
+    code, out, _ = run(capsys, "nb.ipynb")
+    assert "NAN001" not in out
+    assert out.splitlines()[0].startswith("nb.ipynb:cell 2:4:12: NAN101")
+    run(capsys, "--fix", "nb.ipynb")
+    sources = ["".join(c["source"]) for c in json.loads((tmp_path / "nb.ipynb").read_text())["cells"]]
+    assert sources[0] == cells[0] and sources[2] == cells[2]
+    assert sources[1] == cells[1].replace("1 / (1 + torch.exp(-x))", "torch.sigmoid(x)")
+
+
 def test_a_notebook_in_another_language_is_skipped(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "r.ipynb").write_text(notebook("x <- torch$exp(1)\n", language="R"))
