@@ -1,13 +1,16 @@
-"""The probability a policy gave an action sampled from it is not 0.
+"""The probability of an index sampled from a distribution is not 0.
+
+The simple case is local: `choices = torch.multinomial(probs, 1)`, then `probs[rows, choices]`
+(top-k and nucleus sampling): multinomial never draws an entry of probability 0.
 
 On-policy reinforcement learning draws each action from the policy's softmax
 (`a = Categorical(model.pi(s)).sample()`), stores it, and later recomputes the policy on the
 stored states to take `torch.log(pi.gather(1, a))`. Categorical never draws an action whose
 probability is exactly 0, and the recomputed probability is the one the action was drawn
-with (or a few small steps away from it), so that log is finite: by the standard in
-DEVELOPERS.md a zero that needs such a draw is not a hazard. The log of the whole
-distribution (`torch.log(pi)`, an entropy) is not covered: an action that was not drawn can
-have probability 0.
+with (or a few small steps away from it), so that log is finite. The actions reach the
+update through a buffer the flow does not follow, so the index must be named like an action
+(`a`, `actions`, `a_batch`). The log of the whole distribution (`torch.log(pi)`, an entropy)
+is not covered: an action that was not drawn can have probability 0.
 
 Where the file keeps a replay buffer, the stored actions may have been drawn by a much older
 policy (off-policy: ACER, SAC-discrete), and the current policy may give them 0: no fact then.
@@ -36,26 +39,32 @@ _SELECT = {"gather", "take_along_dim"}
 
 
 def sampled_probability(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
-    """Evidence that `expr` is the probability a policy gives an action that the file samples
-    from that same policy (`pi.gather(1, a)` with `Categorical(model.pi(s)).sample()` at line
-    100), or None."""
-    if not _SAMPLERS.search(ctx.source) or _OFF_POLICY.search(ctx.source):
+    """Evidence that `expr` is the probability of an index sampled from it: the same tensor
+    (`probs[rows, torch.multinomial(probs, 1)[:, 0]]`), or a policy the file samples its
+    actions from (`pi.gather(1, a)` with `Categorical(model.pi(s)).sample()` at line 100);
+    None otherwise."""
+    if not _SAMPLERS.search(ctx.source):
         return None
-    source = _selected_from(ctx, expr)
-    if source is None:
+    selected = _selected_from(ctx, expr)
+    if selected is None:
+        return None
+    source, indices = selected
+    for index in indices:
+        line = _sampled_from_same(ctx, index, source)
+        if line is not None:
+            return f"the probability of an index sampled from it at line {line}"
+    if _OFF_POLICY.search(ctx.source) or not any(_names_actions(i) for i in indices):
         return None
     callee = _callee(ctx, source)
-    if callee is None:
-        return None
-    line = _sampled_callees(ctx).get(callee)
+    line = _sampled_callees(ctx).get(callee) if callee is not None else None
     if line is None:
         return None
     return f"the probability of an action sampled from `{callee}` at line {line}"
 
 
-def _selected_from(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    """`pi` for `pi.gather(1, a)`, `torch.gather(pi, 1, a)`, `pi[range(n), a]` (through
-    local names and shape-only methods)."""
+def _selected_from(ctx: FileContext, expr: cst.BaseExpression):
+    """(`pi`, [`a`]) for `pi.gather(1, a)`, `torch.gather(pi, 1, a)`, `pi[range(n), a]`
+    (through local names and shape-only methods), or None."""
     node = _through_names(ctx, expr)
     for _ in range(4):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
@@ -64,16 +73,44 @@ def _selected_from(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.B
                 node = _through_names(ctx, node.func.value)
                 continue
             if method in _SELECT and ctx.qualname(node.func) is None and len(node.args) >= 2:
-                return node.func.value if _names_actions(node.args[1].value) else None
+                return node.func.value, [node.args[1].value]
             return None
         if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.gather" and len(node.args) >= 3:
-            return node.args[0].value if _names_actions(node.args[2].value) else None
+            return node.args[0].value, [node.args[2].value]
         if isinstance(node, cst.Subscript):
-            indices = [e.slice for e in node.slice]
-            if any(isinstance(i, cst.Index) and _names_actions(i.value) for i in indices):
-                return node.value
+            indices = [e.slice.value for e in node.slice if isinstance(e.slice, cst.Index)]
+            return (node.value, indices) if indices else None
         return None
     return None
+
+
+def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.BaseExpression) -> Optional[int]:
+    """The line where `index` was drawn from `source` itself (`torch.multinomial(probs, 1)`,
+    `Categorical(probs).sample()`, then indexed or reshaped), or None."""
+    node = _through_names(ctx, index)
+    for _ in range(4):
+        if isinstance(node, cst.Subscript):
+            node = _through_names(ctx, node.value)  # `torch.multinomial(p, 1)[:, 0]`
+            continue
+        if not isinstance(node, cst.Call):
+            return None
+        qualname = ctx.qualname(node.func)
+        if isinstance(node.func, cst.Attribute) and qualname is None and node.func.attr.value == "sample":
+            drawn = _sampled_argument(ctx, node.func.value) if isinstance(node.func.value, cst.Call) else None
+        else:
+            drawn = _sampled_argument(ctx, node)
+        if drawn is not None:
+            same = _code(ctx, drawn) == _code(ctx, source)
+            return ctx.span(node)[0].row if same else None
+        if isinstance(node.func, cst.Attribute) and (node.func.attr.value in _SHAPE or node.func.attr.value == "long"):
+            node = _through_names(ctx, node.func.value)
+            continue
+        return None
+    return None
+
+
+def _code(ctx: FileContext, node: cst.BaseExpression) -> str:
+    return ctx.code(_through_names(ctx, node))
 
 
 def _names_actions(index: cst.BaseExpression) -> bool:

@@ -94,8 +94,9 @@ Not reported: values with no visible origin (a function parameter that the file'
 nothing about, an attribute, a model output whose `forward` the file does not show: the rule
 does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
 `softplus`, positive constants), the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
-whose -inf entries are the point, and the probability of an action the file samples from the
-same policy (`a = Categorical(model.pi(s)).sample()`, then `torch.log(pi.gather(1, a))` in the
+whose -inf entries are the point, the probability of an index drawn from the same tensor
+(`probs[rows, torch.multinomial(probs, 1)[:, 0]]`: multinomial never draws a 0), and the
+probability of an action the file samples from the same policy (`a = Categorical(model.pi(s)).sample()`, then `torch.log(pi.gather(1, a))` in the
 update, the index named like an action): a Categorical never draws an action of probability
 0, and an on-policy update recomputes the probability it was drawn with. The log of the
 whole distribution (an entropy) is still reported, and so is the sampled action's where the
