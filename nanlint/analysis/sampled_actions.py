@@ -43,8 +43,8 @@ def sampled_probability(ctx: FileContext, expr: cst.BaseExpression) -> Optional[
     (`probs[rows, torch.multinomial(probs, 1)[:, 0]]`), or a policy the file samples its
     actions from (`pi.gather(1, a)` with `Categorical(model.pi(s)).sample()` at line 100);
     None otherwise."""
-    if not _SAMPLERS.search(ctx.source):
-        return None
+    if not ctx.derived("samples", lambda: _SAMPLERS.search(ctx.source) is not None):
+        return None  # nearly every file: one search per file, not per question
     selected = _selected_from(ctx, expr)
     if selected is None:
         return None
@@ -53,7 +53,8 @@ def sampled_probability(ctx: FileContext, expr: cst.BaseExpression) -> Optional[
         line = _sampled_from_same(ctx, index, source)
         if line is not None:
             return f"the probability of an index sampled from it at line {line}"
-    if _OFF_POLICY.search(ctx.source) or not any(_names_actions(i) for i in indices):
+    if not any(_names_actions(i) for i in indices) or ctx.derived(
+            "replay buffer", lambda: _OFF_POLICY.search(ctx.source) is not None):
         return None
     callee = _callee(ctx, source)
     line = _sampled_callees(ctx).get(callee) if callee is not None else None

@@ -538,6 +538,8 @@ the finding has no fix. A positive fill beyond 65504 becomes `torch.finfo(x.dtyp
 
     def visit_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
         # `scores[:, :, pad] = -1e20`: the value is cast to the tensor's dtype as in masked_fill.
+        if not any(isinstance(t.target, cst.Subscript) for t in node.targets):
+            return
         big = _big(ctx, node.value)
         if big is None:
             return
