@@ -87,7 +87,8 @@ def _selected_from(ctx: FileContext, expr: cst.BaseExpression):
 
 def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.BaseExpression) -> Optional[int]:
     """The line where `index` was drawn from `source` itself (`torch.multinomial(probs, 1)`,
-    `Categorical(probs).sample()`, then indexed or reshaped), or None."""
+    `Categorical(probs).sample()`, `m.sample()` of such an `m`, then indexed or reshaped), or
+    None."""
     node = _through_names(ctx, index)
     for _ in range(4):
         if isinstance(node, cst.Subscript):
@@ -97,7 +98,8 @@ def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.
             return None
         qualname = ctx.qualname(node.func)
         if isinstance(node.func, cst.Attribute) and qualname is None and node.func.attr.value == "sample":
-            drawn = _sampled_argument(ctx, node.func.value) if isinstance(node.func.value, cst.Call) else None
+            dist = _through_names(ctx, node.func.value)  # `Categorical(p).sample()`, `m.sample()`
+            drawn = _sampled_argument(ctx, dist) if isinstance(dist, cst.Call) else None
         else:
             drawn = _sampled_argument(ctx, node)
         if drawn is not None:
