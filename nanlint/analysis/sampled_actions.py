@@ -26,6 +26,7 @@ from typing import Dict, Optional
 import libcst as cst
 
 from ..context import FileContext, last_name, strip_parens
+from ..ranges import pass_through
 
 _SAMPLERS = re.compile(r"Categorical|multinomial")
 # A replay buffer in use (`ReplayBuffer(...)`, `self.replay_buffer.sample(...)`).
@@ -33,8 +34,6 @@ _OFF_POLICY = re.compile(r"\b\w*[Rr]eplay\w*\s*[.(]")
 # The index of the selection names an action (`a`, `a_vec`, `actions`, `act_batch`): the
 # actions reach the update through a buffer the flow cannot follow, labels look the same.
 _ACTION_TOKENS = {"a", "act", "acts", "action", "actions"}
-# Shape-only methods between the selection and the log (`pi.gather(1, a).reshape(-1)`).
-_SHAPE = {"squeeze", "unsqueeze", "reshape", "view", "flatten", "view_as", "reshape_as"}
 _SELECT = {"gather", "take_along_dim"}
 
 
@@ -65,23 +64,22 @@ def sampled_probability(ctx: FileContext, expr: cst.BaseExpression) -> Optional[
 
 def _selected_from(ctx: FileContext, expr: cst.BaseExpression):
     """(`pi`, [`a`]) for `pi.gather(1, a)`, `torch.gather(pi, 1, a)`, `pi[range(n), a]`
-    (through local names and shape-only methods), or None."""
+    (through local names and what only reshapes or casts, `pi.gather(1, a).reshape(-1)`), or
+    None."""
     node = _through_names(ctx, expr)
     for _ in range(4):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            method = node.func.attr.value
-            if method in _SHAPE:
-                node = _through_names(ctx, node.func.value)
-                continue
-            if method in _SELECT and ctx.qualname(node.func) is None and len(node.args) >= 2:
-                return node.func.value, [node.args[1].value]
-            return None
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and ctx.qualname(node.func) is None \
+                and node.func.attr.value in _SELECT and len(node.args) >= 2:
+            return node.func.value, [node.args[1].value]
         if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.gather" and len(node.args) >= 3:
             return node.args[0].value, [node.args[2].value]
         if isinstance(node, cst.Subscript):
             indices = [e.slice.value for e in node.slice if isinstance(e.slice, cst.Index)]
             return (node.value, indices) if indices else None
-        return None
+        inner = pass_through(ctx, node)
+        if inner is None:
+            return None
+        node = _through_names(ctx, inner)
     return None
 
 
@@ -91,11 +89,12 @@ def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.
     None."""
     node = _through_names(ctx, index)
     for _ in range(4):
-        if isinstance(node, cst.Subscript):
-            node = _through_names(ctx, node.value)  # `torch.multinomial(p, 1)[:, 0]`
-            continue
         if not isinstance(node, cst.Call):
-            return None
+            inner = pass_through(ctx, node)  # `torch.multinomial(p, 1)[:, 0]`
+            if inner is None:
+                return None
+            node = _through_names(ctx, inner)
+            continue
         qualname = ctx.qualname(node.func)
         if isinstance(node.func, cst.Attribute) and qualname is None and node.func.attr.value == "sample":
             dist = _through_names(ctx, node.func.value)  # `Categorical(p).sample()`, `m.sample()`
@@ -105,10 +104,12 @@ def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.
         if drawn is not None:
             same = _code(ctx, drawn) == _code(ctx, source)
             return ctx.span(node)[0].row if same else None
-        if isinstance(node.func, cst.Attribute) and (node.func.attr.value in _SHAPE or node.func.attr.value == "long"):
-            node = _through_names(ctx, node.func.value)
-            continue
-        return None
+        inner = pass_through(ctx, node)
+        if inner is None and isinstance(node.func, cst.Attribute) and node.func.attr.value == "long":
+            inner = node.func.value
+        if inner is None:
+            return None
+        node = _through_names(ctx, inner)
     return None
 
 
@@ -140,9 +141,10 @@ def _callee(ctx: FileContext, source: cst.BaseExpression) -> Optional[str]:
     for _ in range(4):
         if not (isinstance(node, cst.Call) and ctx.qualname(node.func) is None):
             return None
-        if not _reshapes(node):
+        inner = pass_through(ctx, node)
+        if inner is None:
             return last_name(node.func) or None
-        node = _through_names(ctx, node.func.value)
+        node = _through_names(ctx, inner)
     return None
 
 
@@ -177,7 +179,7 @@ def _find_sampled(ctx: FileContext) -> Dict[str, int]:
         if isinstance(node, cst.Call):
             probs = _sampled_argument(ctx, node)
             if probs is not None:
-                call = _call_in(function, strip_parens(probs))
+                call = _call_in(ctx, function, strip_parens(probs))
                 name = last_name(call.func) if call is not None and ctx.qualname(call.func) is None else ""
                 if name and name not in found:
                     found[name] = ctx.span(node)[0].row
@@ -204,26 +206,22 @@ def _sampled_argument(ctx: FileContext, call: cst.Call) -> Optional[cst.BaseExpr
     return None
 
 
-def _call_in(function: Optional[cst.CSTNode], node: cst.BaseExpression) -> Optional[cst.Call]:
+def _call_in(ctx: FileContext, function: Optional[cst.CSTNode], node: cst.BaseExpression) -> Optional[cst.Call]:
     """`node` itself when it is a call, else the call last assigned to the name `node` in
-    `function` (plain or as the first of a tuple)."""
+    `function` (plain or as the first of a tuple); `prob = prob.view(-1)` reshapes the same
+    probabilities, it is not their source."""
     if isinstance(node, cst.Call):
         return node
     if not isinstance(node, cst.Name) or function is None:
         return None
     call = None
     for n in _walk(function):
-        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and not _reshapes(n.value):
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and pass_through(ctx, n.value) is None:
             for target in n.targets:
                 t = target.target
                 if isinstance(t, cst.Name) and t.value == node.value:
                     call = n.value
     return call or _unpacked_call(function, node.value)
-
-
-def _reshapes(call: cst.Call) -> bool:
-    """`prob.view(-1)`: the same probabilities (`prob = prob.view(-1)` is not their source)."""
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value in _SHAPE
 
 
 def _walk(node: cst.CSTNode):
