@@ -26,6 +26,7 @@ from typing import Dict, Optional
 import libcst as cst
 
 from ..context import FileContext, last_name, strip_parens
+from ..ops import number_value
 from ..ranges import pass_through
 
 _SAMPLERS = re.compile(r"Categorical|multinomial")
@@ -49,9 +50,9 @@ def sampled_probability(ctx: FileContext, expr: cst.BaseExpression) -> Optional[
         return None
     source, indices = selected
     for index in indices:
-        line = _sampled_from_same(ctx, index, source)
-        if line is not None:
-            return f"the probability of an index sampled from it at line {line}"
+        how = _sampled_from_same(ctx, index, source)
+        if how is not None:
+            return how
     if not any(_names_actions(i) for i in indices) or ctx.derived(
             "replay buffer", lambda: _OFF_POLICY.search(ctx.source) is not None):
         return None
@@ -83,34 +84,145 @@ def _selected_from(ctx: FileContext, expr: cst.BaseExpression):
     return None
 
 
-def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.BaseExpression) -> Optional[int]:
-    """The line where `index` was drawn from `source` itself (`torch.multinomial(probs, 1)`,
-    `Categorical(probs).sample()`, `m.sample()` of such an `m`, then indexed or reshaped), or
-    None."""
-    node = _through_names(ctx, index)
+def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.BaseExpression) -> Optional[str]:
+    """How `index` was chosen by `source` itself, or None: drawn from it
+    (`torch.multinomial(probs, 1)`, `Categorical(probs).sample()`, `m.sample()` of such an
+    `m`, then indexed or reshaped), drawn from the logits `source` is the softmax of (tempered,
+    or with entries masked to -inf: `Categorical(logits=logits / t).sample()`), or its argmax."""
+    node, env = _resolved(ctx, index, None)
     for _ in range(4):
+        scored = _max_indices_of(ctx, node)
+        if scored is not None:
+            same = _code(ctx, scored) == _code(ctx, source) or _same_logits(ctx, (scored, env), source)
+            return f"the probability of its most likely index (line {ctx.span(node)[0].row})" if same else None
         if not isinstance(node, cst.Call):
             inner = pass_through(ctx, node)  # `torch.multinomial(p, 1)[:, 0]`
             if inner is None:
                 return None
-            node = _through_names(ctx, inner)
+            node, env = _resolved(ctx, inner, env)
             continue
-        qualname = ctx.qualname(node.func)
-        if isinstance(node.func, cst.Attribute) and qualname is None and node.func.attr.value == "sample":
-            dist = _through_names(ctx, node.func.value)  # `Categorical(p).sample()`, `m.sample()`
-            drawn = _sampled_argument(ctx, dist) if isinstance(dist, cst.Call) else None
-        else:
-            drawn = _sampled_argument(ctx, node)
-        if drawn is not None:
-            same = _code(ctx, drawn) == _code(ctx, source)
-            return ctx.span(node)[0].row if same else None
+        row = ctx.span(node)[0].row
+        sampler, sampler_env = node, env
+        if isinstance(node.func, cst.Attribute) and ctx.qualname(node.func) is None and node.func.attr.value == "sample":
+            sampler, sampler_env = _resolved(ctx, node.func.value, env)  # `Categorical(p).sample()`, `m.sample()`
+        if isinstance(sampler, cst.Call):
+            drawn = _sampled_argument(ctx, sampler)
+            if drawn is not None:
+                same = _code(ctx, drawn) == _code(ctx, source)
+                return f"the probability of an index sampled from it at line {row}" if same else None
+            logits = _sampled_logits(ctx, sampler)
+            if logits is not None:
+                same = _same_logits(ctx, (logits, sampler_env), source)
+                return f"the probability of an index sampled from its logits at line {row}" if same else None
+            scored = _argmax_operand(ctx, sampler)
+            if scored is not None:
+                same = _code(ctx, scored) == _code(ctx, source) or _same_logits(ctx, (scored, sampler_env), source)
+                # The largest of n probabilities that sum to 1 is at least 1/n.
+                return f"the probability of its most likely index (argmax at line {row})" if same else None
         inner = pass_through(ctx, node)
         if inner is None and isinstance(node.func, cst.Attribute) and node.func.attr.value == "long":
             inner = node.func.value
         if inner is None:
             return None
-        node = _through_names(ctx, inner)
+        node, env = _resolved(ctx, inner, env)
     return None
+
+
+def _max_indices_of(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """`x` where `node` is the indices of `x.max(dim)` / `torch.max(x, dim)`: `.indices`,
+    `[1]`, or a name unpacked as the second of `values, indices = x.max(dim)`; else None."""
+    call = None
+    if isinstance(node, cst.Attribute) and node.attr.value == "indices":
+        call = strip_parens(node.value)
+    elif isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
+            and number_value(node.slice[0].slice.value) == 1:
+        call = strip_parens(node.value)
+    elif isinstance(node, cst.Name):
+        call = _unpacked_call(ctx.enclosing_function(), node.value, position=1)
+    if not isinstance(call, cst.Call) or not call.args:
+        return None
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "max" and ctx.qualname(call.func) is None:
+        return call.func.value
+    if ctx.qualname(call.func) == "torch.max" and len(call.args) >= 2 and call.args[0].keyword is None:
+        return call.args[0].value
+    return None
+
+
+def _sampled_logits(ctx: FileContext, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """The logits of `Categorical(logits=...)`, or None."""
+    if last_name(call.func) in ("Categorical", "OneHotCategorical") and \
+            "distributions" in (ctx.qualname(call.func) or "distributions"):
+        return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "logits"), None)
+    return None
+
+
+def _argmax_operand(ctx: FileContext, call: cst.Call) -> Optional[cst.BaseExpression]:
+    """`x` of `x.argmax(...)` / `torch.argmax(x, ...)`, or None."""
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "argmax" and ctx.qualname(call.func) is None:
+        return call.func.value
+    if ctx.qualname(call.func) == "torch.argmax" and call.args and call.args[0].keyword is None:
+        return call.args[0].value
+    return None
+
+
+# An added term that masks entries out (`float("-inf")`, `torch.finfo(t).min`, `-1e20`)
+# rather than shifting them: the masked logits' support is a subset of the logits'.
+_MASKING_TERM = re.compile(r"inf\b|finfo|\d[eE]\+?(?:[4-9]|\d\d)\b|\d{5,}")
+
+
+def _same_logits(ctx: FileContext, chosen, source: cst.BaseExpression) -> bool:
+    """Whether `source` is the softmax of the logits `chosen` (an expression and the bindings
+    its names are read in) was computed from, up to a temperature, masked entries and what
+    only indexes or reshapes."""
+    probs, env = _resolved(ctx, source, None)
+    for _ in range(4):
+        op = ctx.op(probs) if isinstance(probs, cst.Call) else None
+        if op is not None and op.name == "softmax" and op.args:
+            return _logits_root(ctx, *chosen) == _logits_root(ctx, op.args[0], env)
+        inner = pass_through(ctx, probs)  # `probs = probs.squeeze(1)`
+        if inner is None:
+            return False
+        probs, env = _resolved(ctx, inner, env)
+    return False
+
+
+def _logits_root(ctx: FileContext, node: cst.BaseExpression, env) -> tuple:
+    """An identity for the tensor `node` scales, masks, indexes or reshapes: the node that
+    computed it, or the binding of the name it was read from."""
+    for _ in range(8):
+        node, env = _resolved(ctx, node, env)
+        if isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, (cst.Divide, cst.Multiply)):
+                node = node.left  # a temperature
+                continue
+            if isinstance(node.operator, (cst.Add, cst.Subtract)) and _MASKING_TERM.search(ctx.code(node.right)):
+                node = node.left
+                continue
+            break
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
+                node.func.attr.value in ("masked_fill", "masked_fill_") and ctx.qualname(node.func) is None:
+            node = node.func.value
+            continue
+        inner = pass_through(ctx, node)
+        if inner is None:
+            break
+        node = inner
+    if isinstance(node, cst.Name):
+        binding = ctx.binding(node.value, env)
+        return ("name", node.value, id(binding) if binding is not None else None)
+    return ("node", id(node))
+
+
+def _resolved(ctx: FileContext, node: cst.BaseExpression, env):
+    """`node` through the local names it reads (with the bindings in force where it was
+    assigned), or the call whose first result a name unpacks."""
+    node, env = ctx.resolve(strip_parens(node), env)
+    node = strip_parens(node)
+    if isinstance(node, cst.Name):
+        unpacked = _unpacked_call(ctx.enclosing_function(), node.value)
+        if unpacked is not None:
+            return unpacked, None
+    return node, env
 
 
 def _code(ctx: FileContext, node: cst.BaseExpression) -> str:
@@ -148,17 +260,18 @@ def _callee(ctx: FileContext, source: cst.BaseExpression) -> Optional[str]:
     return None
 
 
-def _unpacked_call(function: Optional[cst.CSTNode], name: str) -> Optional[cst.Call]:
-    """The call whose first result `name` takes in `function` (`pi, h = model.pi(s, h)`)."""
+def _unpacked_call(function: Optional[cst.CSTNode], name: str, position: int = 0) -> Optional[cst.Call]:
+    """The call whose first result (or the result at `position`) `name` takes in `function`
+    (`pi, h = model.pi(s, h)`)."""
     if function is None:
         return None
     for node in _walk(function):
         if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
             for target in node.targets:
                 t = target.target
-                if isinstance(t, (cst.Tuple, cst.List)) and t.elements:
-                    first = t.elements[0].value
-                    if isinstance(first, cst.Name) and first.value == name:
+                if isinstance(t, (cst.Tuple, cst.List)) and len(t.elements) > position:
+                    element = t.elements[position].value
+                    if isinstance(element, cst.Name) and element.value == name:
                         return node.value
     return None
 
