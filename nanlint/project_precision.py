@@ -46,6 +46,12 @@ _SIGNS: Tuple[Tuple[str, "re.Pattern[str]", str, str], ...] = (
     ("fp16", re.compile(r"\bmixed_precision\s*=\s*['\"]fp16['\"]"), "`mixed_precision=\"fp16\"`", "matmul"),
     ("--fp16", re.compile(r"['\"]--fp16['\"]"), "a `--fp16` option", "matmul"),
 )
+# The string "--fp16" is an option where it is declared (`add_argument("--fp16", ...)`, a
+# click or optparse `option`, also when the call opened on the line before) or passed (a
+# line that reads `sys.argv`, an element of a command list `["python", "train.py",
+# "--fp16"]`); elsewhere it is only a word (a tool's own table of option names, as here).
+_DECLARED = re.compile(r"add_argument|option\s*\(")
+_IN_COMMAND_LIST = re.compile(r"\[\s*(?:(?:['\"][^'\"\n]*['\"]|[\w.]+)\s*,\s*)*$")
 _NEEDLES = tuple(sorted({needle.encode() for needle, *_ in _SIGNS}))
 _TEST_DIRS = {"test", "tests", "testing", "unittests"}
 # A project this large is searched only this far (in path order): the search must stay a
@@ -74,13 +80,24 @@ def find_sign(data: bytes) -> Optional[Tuple[int, str, str]]:
             m = pattern.search(line)
             # bfloat16 has float32's range; `autocast(enabled=False)` turns autocast off.
             if m and "bfloat16" not in line and "enabled=False" not in line \
-                    and not _in_words(text, start, start + m.start()):
+                    and not _in_words(text, start, start + m.start()) \
+                    and (needle != "--fp16" or _declares_option(text, start, start + m.start())):
                 row = text.count("\n", 0, start) + 1
                 if best is None or row < best[0]:
                     best = (row, reason, scope)
                 break
             at = text.find(needle, end)
     return best
+
+
+def _declares_option(text: str, line_start: int, pos: int) -> bool:
+    """The option string at `pos` is declared or passed (see `_DECLARED`)."""
+    previous = text.rfind("\n", 0, max(line_start - 1, 0)) + 1 if line_start else 0
+    end = text.find("\n", pos)
+    line_end = len(text) if end == -1 else end
+    return (_DECLARED.search(text, previous, pos) is not None
+            or "argv" in text[line_start:line_end]
+            or _IN_COMMAND_LIST.search(text[previous:pos]) is not None)
 
 
 def _in_words(text: str, line_start: int, pos: int) -> bool:

@@ -15,6 +15,7 @@ import pytest
 from nanlint.cli import main
 from nanlint.config import Settings
 from nanlint.project import find_root
+from nanlint import project_precision
 from nanlint.project_precision import ProjectPrecisionFinder, find_sign, project_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,6 +164,19 @@ def test_find_sign_reads_code_not_words():
     assert find_sign(b'"""Pass a GradScaler() to train in float16."""\n') is None
     assert find_sign(b'HELP = "call model.half() first"\nx = 1\n') is None
     assert find_sign(b"a = '#'; net = net.half()\n") == (1, "a model made `.half()`", "all")  # a quoted '#'
+
+
+def test_an_fp16_option_is_one_that_is_declared_or_passed():
+    option = "a `--fp16` option"
+    assert find_sign(b"parser.add_argument(\n    '--fp16',\n    action='store_true')\n") == (2, option, "matmul")
+    assert find_sign(b"@click.option('--fp16', is_flag=True)\n") == (1, option, "matmul")
+    assert find_sign(b"if '--fp16' in sys.argv:\n    pass\n") == (1, option, "matmul")
+    assert find_sign(b"cmd = [sys.executable, 'train.py', '--fp16']\n") == (1, option, "matmul")
+    assert find_sign(b"run(\n    [\n        '--fp16',\n    ])\n") == (3, option, "matmul")
+    # A table of option names (a linter's own, like nanlint's) or a dictionary key is a word.
+    assert find_sign(b"SIGNS = (\n    ('--fp16', re.compile('x'), 'an option'),\n)\n") is None
+    assert find_sign(b"x = 1\nFLAGS = {'--fp16': True}\n") is None
+    assert find_sign(Path(project_precision.__file__).read_bytes()) is None
 
 
 def test_the_editor_sees_the_projects_precision(project):
