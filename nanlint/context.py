@@ -745,14 +745,21 @@ class _Abstract(cst.CSTTransformer):
             stem = func.value
         elif isinstance(func, cst.Attribute):
             chain = dotted_name(func)
+            # `(a + b).exp()`, `model(x).softmax(-1)`: a tensor method of a computed value;
+            # `self.blocks[0].forward(x)`: user code.
             opaque = (
-                chain is not None
-                and chain.split(".")[0] not in ("torch", "math")
+                (chain is None or chain.split(".")[0] not in ("torch", "math"))
                 and func.attr.value not in _TENSOR_METHODS
             )
             stem = func.attr.value
         else:
-            return updated
+            # `flow[3](h)` (a module held in a list), `make_layer(n)(x)`: user code.
+            opaque = True
+            inner = func
+            while isinstance(inner, (cst.Subscript, cst.Call)):
+                inner = inner.value if isinstance(inner, cst.Subscript) else inner.func
+            stem = inner.attr.value if isinstance(inner, cst.Attribute) else \
+                inner.value if isinstance(inner, cst.Name) else "call"
         if not opaque:
             return updated
         code = node_code(strip_parens(updated))

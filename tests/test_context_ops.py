@@ -28,3 +28,18 @@ def test_an_import_read_later_changes_what_a_call_is() -> None:
     ctx.imports.add(cst.parse_statement("from torch import exp\n").body[0])
     found = ctx.op(call)
     assert found is not None and found.name == "exp"
+
+
+def test_calls_of_user_code_become_free_inputs_in_a_probe():
+    """A module held in a list (`flow[3](h)`), a method of an indexed block and a call of a
+    call are user code the verifier cannot run: each becomes a free input."""
+    from nanlint.context import abstract_calls, node_code
+
+    def abstracted(code):
+        return node_code(abstract_calls(cst.parse_expression(code))[0])
+
+    assert abstracted("torch.sigmoid(flow[3](flow[0](z)) + b).log()") == "torch.sigmoid(flow_out2 + b).log()"
+    assert abstracted("self.blocks[0].forward(x).exp()") == "forward_out.exp()"
+    assert abstracted("make(n)(x).softmax(-1)") == "make_out_out.softmax(-1)"
+    # Tensor methods of computed values and torch functions stay.
+    assert abstracted("(a + b).exp() + torch.log(x[0])") == "(a + b).exp() + torch.log(x[0])"

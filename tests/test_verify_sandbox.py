@@ -63,6 +63,8 @@ HOSTILE = [
     "'{marker}' * 3",
     "user_function(x)",
     "self.model(x)",
+    "x[3](y)",
+    "torch.exp(x)(y)",
     "torch.exp",
     "x.foo",
     "math.__dict__",

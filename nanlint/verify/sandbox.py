@@ -44,6 +44,9 @@ _INPUT_NAME = re.compile(rf"^{_IDENT}(\.{_IDENT})*$")
 _DESCRIPTIVE = {"dtype", "shape", "ndim", "device"}
 
 
+# What the checker lets a call name as its callee (anything else is refused).
+_CALLABLE_KINDS = ("function", "method", "builtin", "filler")
+
 class Refused(Exception):
     """The expression uses something outside the whitelist; nothing was run."""
 
@@ -319,6 +322,9 @@ class _Checker:
             raise Refused("too many arguments")
         self.check(node.func, "callee", depth)
         kind, what = self.kinds.get(id(node.func), (None, None))
+        if kind not in _CALLABLE_KINDS:
+            # `flow[3](h)`, `f(x)(y)`: a value called, not a whitelisted function or method.
+            raise Refused("a call of something that is not a torch function or tensor method")
         for a in node.args:
             if isinstance(a, ast.Starred):
                 raise Refused("`*args` is not allowed")
@@ -845,7 +851,7 @@ class Interpreter:
 
     def _call(self, node: ast.Call, env: Mapping[str, Any]) -> Any:
         torch = self.torch
-        kind, what = self.checked.kinds[id(node.func)]
+        kind, what = self.checked.kinds.get(id(node.func), (None, None))
         args = [self._eval(a, env) for a in node.args]
         kwargs = {k.arg: self._eval(k.value, env) for k in node.keywords}
         for v in list(args) + list(kwargs.values()):
