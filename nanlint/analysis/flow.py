@@ -908,6 +908,10 @@ class FileAnalysis:
                 elif not starred and str(i) in positions:
                     # `p, _ = self.head(x)` where the method returns `softmax(...), logits`.
                     self.assign(inner, positions[str(i)], env)
+                elif not starred and value.draw is not None and value.members is None:
+                    # `z0, z1 = torch.randn(2 * n, d).chunk(2)`: pieces of one draw are
+                    # independent draws.
+                    self.assign(inner, replace(value, draw=f"{value.draw}/{i}"), env)
                 else:
                     self.assign(inner, TOP, env)
         elif isinstance(target, cst.Attribute):
@@ -1329,7 +1333,7 @@ class FileAnalysis:
             return replace(out, lo=-1.0, hi=1.0, cosine=True, dot=False).with_evidence(
                 line, "a dot product divided by norms")
         if b.norm_of == _code(self.ctx, _undetached(numerator)):
-            return replace(out, lo=-1.0, hi=1.0, unit=True).with_evidence(
+            return replace(out, lo=-1.0, hi=1.0, unit=True, draw=a.draw).with_evidence(
                 line, f"`{b.norm_of}` divided by its norm")
         return out
 
@@ -1519,7 +1523,8 @@ class FileAnalysis:
             lo, hi, zero = transfer.CREATION[short]
             v = Value(lo=lo, hi=hi, zero=zero, nonzero=lo > 0, nograd=made)
             if short in ("randn", "randn_like"):
-                v = v.with_evidence(line, f"a Gaussian draw (`{full}`)", learned=True)
+                v = v.with_evidence(line, f"a Gaussian draw (`{full}`)", learned=True,
+                                    draw=str(self.token(node)))
             dtype = self.ctx.precision.dtype_of(keywords.get("dtype")) if self.ctx.precision else None
             if dtype:
                 v = replace(v, dtype=dtype)

@@ -31,7 +31,7 @@ import libcst as cst
 from .values import TOP, Evidence, Value, unknown
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
-FORMAT = 5
+FORMAT = 6
 PROVIDER = f"nanlint.analysis.summaries:{FORMAT}"
 
 # Larger imported files are not summarized (the default `max-file-size`: a file that large is
@@ -42,7 +42,7 @@ _NESTING = 2
 # A file that never says this has no autocast region to call a function in.
 _MAY_AUTOCAST = re.compile(r"autocast")
 
-_DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out", "nograd", "members")}
+_DEFAULTS = {f.name: f.default for f in fields(Value) if f.name not in ("evidence", "module_out", "nograd", "members", "draw")}
 
 
 # ---------------------------------------------------------------------- values <-> data

@@ -106,7 +106,7 @@ def mul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     lo, hi = _mul_bounds(a, b)
     zero = a.zero or b.zero
     if a.unit and b.unit:
-        return Value(lo=-1.0, hi=1.0, cosine=True, dtype=a.dtype or b.dtype,
+        return Value(lo=-1.0, hi=1.0, cosine=True, apart=_apart(a, b), dtype=a.dtype or b.dtype,
                      evidence=(a.evidence + b.evidence)[-4:])
     return Value(lo=lo, hi=hi, nonzero=a.excludes_zero and b.excludes_zero,
                  zero=zero if not (a.excludes_zero and b.excludes_zero) else None,
@@ -271,12 +271,18 @@ def norm(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 
 def normalize(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     a = args[0] if args else TOP
-    return Value(lo=-1.0, hi=1.0, unit=True, dtype=a.dtype, trainable=a.trainable,
+    return Value(lo=-1.0, hi=1.0, unit=True, dtype=a.dtype, trainable=a.trainable, draw=a.draw,
                  evidence=(a.evidence + (_ev(line, "normalize"),))[-4:])
 
 
 def cosine(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
-    return Value(lo=-1.0, hi=1.0, cosine=True, evidence=(_ev(line, "cosine_similarity"),))
+    apart = len(args) >= 2 and _apart(args[0], args[1])
+    return Value(lo=-1.0, hi=1.0, cosine=True, apart=apart, evidence=(_ev(line, "cosine_similarity"),))
+
+
+def _apart(a: Value, b: Value) -> bool:
+    """Directions of two different Gaussian draws (`slerp(z0, z1)` of two latents)."""
+    return a.draw is not None and b.draw is not None and a.draw != b.draw
 
 
 def matmul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
@@ -288,6 +294,7 @@ def matmul(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
         return Value(learned=True, dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
                      dot=True, evidence=(a.evidence + b.evidence)[-4:])
     return Value(lo=-1.0 if unit else -INF, hi=1.0 if unit else INF, cosine=unit, dot=not unit,
+                 apart=unit and _apart(a, b),
                  dtype=a.dtype or b.dtype, trainable=a.trainable or b.trainable,
                  evidence=(a.evidence + b.evidence)[-4:] if unit else ())
 

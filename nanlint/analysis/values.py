@@ -55,6 +55,13 @@ class Value:
     # Not exactly the zero vector in practice: a learned embedding or weight (a linear layer's
     # output, a parameter) or a Gaussian draw; zero only by a coincidence of every coordinate.
     learned: bool = False
+    # A Gaussian draw (`torch.randn`), or a piece or a direction of one: an identity for the
+    # draw call within the file's analysis (pieces of a chunk or unpacked rows add their
+    # position; summaries for other files drop it). Two different draws are independent.
+    draw: Optional[str] = None
+    # A cosine of two independent Gaussian directions: concentrated around 0 (its spread is
+    # 1/sqrt(dim)), so it does not reach ±1 in practice, where two equal vectors would.
+    apart: bool = False
     # "float16" / "bfloat16" / "float32", where evident.
     dtype: Optional[str] = None
     # The tensor (as written) this is the maximum or the logsumexp of, along some dim or
@@ -149,6 +156,8 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         unit=a.unit and b.unit,
         cosine=a.cosine and b.cosine,
         learned=a.learned and b.learned,
+        draw=a.draw if a.draw == b.draw else None,
+        apart=a.apart and b.apart,
         dtype=a.dtype if a.dtype == b.dtype else (a.dtype or b.dtype if "float16" in (a.dtype, b.dtype) else None),
         max_of=a.max_of if a.max_of == b.max_of else None,
         norm_of=a.norm_of if a.norm_of == b.norm_of else None,

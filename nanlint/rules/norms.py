@@ -777,6 +777,15 @@ forward NaN does not depend on gradients, so the rule also reports inside `torch
 The cosine may be built in other statements and functions: `cos = (unit(a) *
 unit(b)).sum(-1)` with `unit` returning `F.normalize(...)` is a dot product of unit vectors,
 which rounding takes past ±1 just the same.
+
+Not reported: the cosine of two independent Gaussian draws (`z0, z1 =
+torch.randn(2 * n, d).chunk(2)`, or two `torch.randn` calls, then a spherical interpolation
+between them): it is concentrated around 0 with a spread of 1/sqrt(d) and does not come near
+±1. The draws must reach the `acos` through the file's own code (a script, or a helper whose
+every call the file makes); a public function of a package may be called with anything. A
+draw against a perturbation of itself (`z + 1e-3 * torch.randn(...)`) is still reported. The
+slerp of StyleGAN2-ADA's path-length metric (a tuning repository) is this shape, but its
+`slerp` is a public function of a package module, so it is still reported.
 """
     example = """\
 ```python
@@ -836,7 +845,7 @@ Where the exact 0 angle matters, use the atan2 form."""
             return
         arg = op.args[0]
         flow = analysis.value(ctx, arg)
-        if not flow.cosine:
+        if not flow.cosine or flow.apart:
             return
         source = f"a cosine ({analysis.cite(ctx, flow)})"
         spelled = op.name if op.style == "method" else node_code(node.func)
