@@ -22,7 +22,9 @@ from nanlint.rules import all_rules
 ROOT = Path(__file__).resolve().parent.parent
 HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
 FIXED = "import torch\n\n\ndef gate(z):\n    return torch.sigmoid(z)\n"
-# NAN101 (safe fix) and NAN111 (unsafe fix: a clamp changes values).
+# NAN101 (safe fix) and NAN111 (unsafe fix: a clamp changes values; off by default, so the
+# tests that use TWO turn it on with ACOS_ON in the project's configuration).
+ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN111"]\n'
 TWO = (
     "import torch\nimport torch.nn.functional as F\n\n\n"
     "def f(a, b, z):\n"
@@ -148,6 +150,7 @@ def test_quiet_prints_findings_only_and_verbose_tells_what_it_did(cli, tmp_path)
 
 
 def test_file_level_noqa(cli, tmp_path):
+    (tmp_path / "pyproject.toml").write_text(ACOS_ON)
     (tmp_path / "all.py").write_text("# nanlint: noqa\n" + TWO)
     half = "\n\ndef h(q, mask):\n    return q.half().masked_fill(mask, -1e9)\n"
     (tmp_path / "codes.py").write_text("# nanlint: noqa: NAN1\n" + TWO + half)
@@ -182,6 +185,7 @@ def test_statistics_with_a_format_it_cannot_serve_is_an_error(cli, tmp_path, fmt
 
 
 def test_diff_prints_the_unsafe_fixes_hint(cli, tmp_path):
+    (tmp_path / "pyproject.toml").write_text(ACOS_ON)
     (tmp_path / "m.py").write_text(TWO)
     code, out, err = cli("--diff", "m.py")
     assert code == 1 and "+    g = torch.sigmoid(z)" in out
@@ -262,6 +266,7 @@ def test_stdin_filename_applies_settings_by_that_name(tmp_path):
 
 
 def test_stdin_fix_writes_the_fixed_source_to_stdout(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(ACOS_ON)
     r = nanlint("check", "--fix", "--stdin-filename", "m.py", stdin=TWO, cwd=tmp_path)
     assert r.stdout == TWO.replace("1 / (1 + torch.exp(-z))", "torch.sigmoid(z)")
     assert r.returncode == 1  # NAN111 remains (its fix is unsafe)

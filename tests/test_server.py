@@ -21,7 +21,9 @@ from nanlint.server.edits import ignore_edit  # noqa: E402
 from nanlint.diagnostics import Diagnostic, Position  # noqa: E402
 
 HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
-# A safe fix (NAN101) and an unsafe one (NAN111: a clamp changes values) in one file.
+# A safe fix (NAN101) and an unsafe one (NAN111: a clamp changes values; off by default,
+# turned on by ACOS_ON in the project's configuration) in one file.
+ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN111"]\n'
 TWO = (
     "import torch\nimport torch.nn.functional as F\n\n\n"
     "def f(a, b, z):\n"
@@ -148,6 +150,7 @@ def test_diagnostic_quick_fix_and_diagnostic_gone(tmp_path):
 
 
 def test_unsafe_fix_is_labelled_and_not_preferred_ignore_and_fix_all(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(ACOS_ON)
     path = tmp_path / "angles.py"
     path.write_text(TWO, encoding="utf-8")
 

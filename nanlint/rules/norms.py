@@ -738,6 +738,10 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
 
 class AcosWithoutClamp(Rule):
     code = "NAN111"
+    untuned_precision = (
+        "Off by default: measured on code the rule was not tuned on, judged by the project's standard (the test split of the untuned precision corpus, `benchmarks/precision/`, and research repositories judged blind: every file of the 44 real-bugs test-half repositories, and the test half of 122 repositories in no benchmark, split by a hash of the repository name before any finding was read; `benchmarks/precision/README.md`), 1 of 4 findings were real hazards (research repositories: 1 of 4, an unclamped `acos` of a dot product over norms in a line detector; the corpus had none), below the 90% bar. The false alarms: spherical interpolations between two independent Gaussian latents in public functions of a package (the analysis trusts their call sites only for scripts and helpers the file alone calls). Turn it on with `--extend-select NAN111` where the vectors can be equal or nearly parallel."
+    )
+    default_enabled = False
     fails_in = 'all (gradient at ±1; forward when rounding passes 1)'
     name = "acos-without-clamp"
     message = (

@@ -68,6 +68,10 @@ def _conversion(call: cst.Call, ctx: FileContext) -> Tuple[Optional[str], Option
     return dtype, node
 
 
+# Wrappers that keep float32 master copies of float16 parameters and give those to the
+# optimizer they wrap: apex's (and fairseq's) `FP16_Optimizer`, apex `amp.initialize`.
+_MASTER_WEIGHTS = ("FP16_Optimizer", "amp.initialize")
+
 class AdamEpsHalf(Rule):
     code = "NAN404"
     fails_in = 'float16 parameters'
@@ -108,8 +112,10 @@ Reported where the optimizer is built on the parameters of a module made float16
 same function (or, for `self.model`, the same class): `model.half()`, `Net().half()`,
 `model.to(torch.float16)`, `model.to(device, dtype=torch.float16)`, directly or through a
 list or parameter groups built from `model.parameters()`. Not reported when the function or
-class that builds the optimizer also uses autocast or a GradScaler (the fp32-master-weights
-setup), or when eps is not evident.
+class that builds the optimizer also uses autocast or a GradScaler, or wraps the optimizer in
+apex's `FP16_Optimizer` or `amp.initialize` (the fp32-master-weights setups: Transformer-XL's
+`model.half()` then `FP16_Optimizer(optim.Adam(...))`, a tuning repository), or when eps is
+not evident.
 """
     example = """\
 ```python
@@ -217,7 +223,8 @@ a decision about the training setup.
                 # `accelerator.autocast()`, `scaler.scale(loss)`: fp32 master weights.
                 self._mixed_precision |= self._enclosing(ctx)
             return
-        if ctx.precision.autocast_region(node) is not None or full.endswith("GradScaler"):
+        if ctx.precision.autocast_region(node) is not None or full.endswith("GradScaler") \
+                or full.endswith(_MASTER_WEIGHTS):
             self._mixed_precision |= self._enclosing(ctx)
             return
         cls = _QUALNAMES.get(full)

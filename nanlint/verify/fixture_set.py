@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import List, Optional, Type
 
@@ -24,7 +25,15 @@ def fixture_files(directory: Optional[Path] = None, code: Optional[str] = None) 
     return [p for p in files if code is None or fixture_code(p) == code]
 
 
+# `# expect: NAN201, NAN103` on a fixture line.
+_EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?:\s*,\s*NAN\d{3})*)")
+
+
 def rules_for_fixture(path: Path) -> List[Type[Rule]]:
-    """Every rule on by default, plus the fixture's own rule (which may be off by default)."""
-    own = fixture_code(path)
-    return [r for r in all_rules() if r.default_enabled or r.code == own]
+    """Every rule on by default, the fixture's own rule and every rule its `# expect:` markers
+    name (any of them may be off by default: a marker says what that rule reports there,
+    and the rule then runs on the whole file, so its silence elsewhere is checked too)."""
+    named = {fixture_code(path)}
+    for m in _EXPECT.finditer(path.read_text(encoding="utf-8")):
+        named.update(re.split(r"\s*,\s*", m.group("codes")))
+    return [r for r in all_rules() if r.default_enabled or r.code in named]
