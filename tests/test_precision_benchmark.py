@@ -102,3 +102,28 @@ def test_a_bad_verdict_is_refused(tmp_path, monkeypatch, verdict):
     monkeypatch.setattr(score, "TRIAGE", bad)
     with pytest.raises(SystemExit):
         score.load_triage()
+
+
+repos = _module("repos")
+
+
+def test_research_repositories_are_pinned_once_with_their_hash_split():
+    rows = repos.load_repositories()  # exits on a split that disagrees with the realbugs hash
+    names = [r["repo"].lower() for r in rows]
+    assert len(names) == len(set(names)) and len(rows) >= 100
+    for r in rows:
+        assert re.fullmatch(r"[0-9a-f]{40}", r["commit"]), r["repo"]
+        assert r["split"] in ("tune", "test") and r["batch"] in (1, 2)
+
+
+def test_every_repository_verdict_names_a_pinned_commit_and_is_well_formed():
+    pinned = {r["repo"]: r for r in repos.load_repositories()}
+    rows = [json.loads(line) for line in repos.TRIAGE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    keys = Counter((r["repo"], r["path"], r["line"], r["code"]) for r in rows)
+    assert not [k for k, n in keys.items() if n > 1]
+    for r in rows:
+        assert r["repo"] in pinned and r["commit"] == pinned[r["repo"]]["commit"], r
+        assert r["split"] == pinned[r["repo"]]["split"], r
+        assert r["verdict"] in ("real", "false-alarm") and re.fullmatch(r"NAN\d{3}", r["code"]), r
+        assert r["why"].strip() and not r["path"].startswith("/"), r
+    assert len(repos.load_triage()) == len(rows)
