@@ -168,6 +168,7 @@ def _argmax_operand(ctx: FileContext, call: cst.Call) -> Optional[cst.BaseExpres
 # An added term that masks entries out (`float("-inf")`, `torch.finfo(t).min`, `-1e20`)
 # rather than shifting them: the masked logits' support is a subset of the logits'.
 _MASKING_TERM = re.compile(r"inf\b|finfo|\d[eE]\+?(?:[4-9]|\d\d)\b|\d{5,}")
+_MASK_WORDS = re.compile(r"mask|keep|valid|allow", re.IGNORECASE)
 
 
 def _same_logits(ctx: FileContext, chosen, source: cst.BaseExpression) -> bool:
@@ -192,8 +193,8 @@ def _logits_root(ctx: FileContext, node: cst.BaseExpression, env) -> tuple:
     for _ in range(8):
         node, env = _resolved(ctx, node, env)
         if isinstance(node, cst.BinaryOperation):
-            if isinstance(node.operator, (cst.Divide, cst.Multiply)):
-                node = node.left  # a temperature
+            if isinstance(node.operator, (cst.Divide, cst.Multiply)) and not _MASK_WORDS.search(ctx.code(node.right)):
+                node = node.left  # a temperature (a product with a 0/1 mask moves logits to 0)
                 continue
             if isinstance(node.operator, (cst.Add, cst.Subtract)) and _MASKING_TERM.search(ctx.code(node.right)):
                 node = node.left
