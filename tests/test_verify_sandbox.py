@@ -157,6 +157,21 @@ def test_python_number_arithmetic_cannot_hang():
     assert torch.isinf(out)
 
 
+def test_a_size_computed_from_inputs_stays_an_integer_size():
+    import torch
+
+    # `x.view(-1, side ** 2)`: side is a size (an integer), and its small power stays an int.
+    c = check_expression("x.view(-1, side ** 2)", ["x", "side"])
+    assert c.roles["side"] == "size"
+    out = Interpreter(c)({"x": torch.zeros(2, 16), "side": 4})
+    assert tuple(out.shape) == (2, 16)
+
+
+def test_an_indexed_mask_is_still_a_mask():
+    c = check_expression("torch.softmax(s.masked_fill(m[:, :, None], float('-inf')), dim=1)", ["s", "m"])
+    assert c.roles["m"] == "bool"
+
+
 def test_reference_mode_keeps_float64_and_the_program_dtype_constants():
     import torch
 

@@ -145,7 +145,7 @@ class _Checker:
     def _set_role(self, node: ast.AST, role: str) -> None:
         if role in ("index", "bool"):
             while True:  # `target[:, None]`, `t.view(-1)`, `m.to(device)` as an index or mask: the input
-                if isinstance(node, ast.Subscript) and role == "index":
+                if isinstance(node, ast.Subscript):  # `mask[:, None]` is still a mask
                     node = node.value
                 elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                       and node.func.attr in _INDEX_PASS_THROUGH):
@@ -168,6 +168,17 @@ class _Checker:
         name = self._input_name(node)
         if name is not None and self.roles.get(name, "float") in ("float", "meta"):
             self.roles[name] = role
+
+    def _set_sizes(self, node: ast.AST) -> None:
+        """A size argument, also one computed from inputs (`x.view(-1, side ** 2)`, `n * k`):
+        every input in its arithmetic is a size."""
+        if isinstance(node, ast.BinOp):
+            self._set_sizes(node.left)
+            self._set_sizes(node.right)
+        elif isinstance(node, ast.UnaryOp):
+            self._set_sizes(node.operand)
+        else:
+            self._set_structural(node, "size")
 
     def _imply(self, node: ast.AST, domain: Tuple[float, float]) -> None:
         while isinstance(node, ast.Subscript):  # `y[:, 0]` as a target: y's values
@@ -398,7 +409,7 @@ class _Checker:
             sized = args[1:] if method_form else args
             for a in sized:
                 for e in (a.elts if isinstance(a, (ast.Tuple, ast.List)) else [a]):
-                    self._set_structural(e, "size")
+                    self._set_sizes(e)
         if short in ("linspace", "logspace") and len(args) > 2:
             self._set_structural(args[2], "size")
         if short in ("linspace", "logspace"):
@@ -833,9 +844,11 @@ class Interpreter:
             if not isinstance(v, (torch.Tensor,) + numbers):
                 raise EvaluationError(f"arithmetic on a {type(v).__name__}")
         if isinstance(left, numbers) and isinstance(right, numbers):
-            if (type(left) is int and type(right) is int and type(op) in _INT_OPS
+            if (type(left) is int and type(right) is int
+                    and (type(op) in _INT_OPS or (isinstance(op, ast.Pow) and 0 <= right <= 64))
                     and not (isinstance(op, (ast.FloorDiv, ast.Mod)) and right == 0)):
-                # Sizes and indices (`n // 2`, `x.shape[0] - 1`) stay integers while small.
+                # Sizes and indices (`n // 2`, `x.shape[0] - 1`, `side ** 2`) stay integers
+                # while small (a power only with a small exponent: it cannot hang).
                 value = _BINARY[type(op)](left, right)
                 if abs(value) <= MAX_INT:
                     return value
