@@ -300,7 +300,7 @@ def _mask(source: str, masked: List[str]) -> str:
 
 def _is_python(line: str) -> bool:
     try:
-        compile(line, "<line>", "exec", flags=0x400, dont_inherit=True)
+        compile(line, "<line>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
         return True
     except (SyntaxError, ValueError):
         return False

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Counter as CounterT, Dict, List, Tuple
 
 from nanlint.verify.fixture_set import fixture_files as _fixture_files
+from nanlint.verify.fixture_set import EXPECT_MARKER as _EXPECT
 from nanlint.verify.fixture_set import rules_for_fixture  # noqa: F401 - used by the tests
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-_EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?:\s*,\s*NAN\d{3})*)")
 _VERDICTS = ("confirmed", "not-reproduced", "fix-failed", "not-verifiable")
 _VERIFY = re.compile(r"#\s*verify:\s*(?P<verdicts>[a-z-]+(?:\s*,\s*[a-z-]+)*)")
 

@@ -61,9 +61,11 @@ def load_triage() -> Dict[Key, dict]:
 
 def extract(git_dir: Path, commit: str, into: Path) -> int:
     """The commit's kept files under `into` (once: a complete folder is reused)."""
+    # A clone has `.git` at its root: nanlint's project search (configuration, precision,
+    # imports) then stops there, as it would for the user, not in the checkout holding .cache.
+    (into / ".git").mkdir(parents=True, exist_ok=True)
     done = into / ".extracted"
     if done.is_file():
-        (into / ".git").mkdir(exist_ok=True)
         return int(done.read_text())
     listing = subprocess.run(["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only", commit],
                              capture_output=True, text=True, check=True).stdout.splitlines()
@@ -78,9 +80,6 @@ def extract(git_dir: Path, commit: str, into: Path) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(shown.stdout)
         count += 1
-    # A clone has `.git` at its root: nanlint's project search (configuration, precision,
-    # imports) then stops there, as it would for the user, not in the checkout holding .cache.
-    (into / ".git").mkdir(exist_ok=True)
     done.write_text(str(count))
     return count
 
@@ -147,6 +146,7 @@ def main() -> None:
 
 
 def _precision(c: Counter) -> str:
+    # As score.py computes it; not imported: realbugs has a `score` module of its own.
     judged = c["real"] + c["false-alarm"]
     return f"{c['real'] / judged:.2f}" if judged else "-"
 

@@ -91,10 +91,11 @@ def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.
     or with entries masked to -inf: `Categorical(logits=logits / t).sample()`), or its argmax."""
     node, env = _resolved(ctx, index, None)
     for _ in range(4):
-        scored = _max_indices_of(ctx, node)
+        scored = _argmax_of(ctx, node)
         if scored is not None:
             same = _code(ctx, scored) == _code(ctx, source) or _same_logits(ctx, (scored, env), source)
-            return f"the probability of its most likely index (line {ctx.span(node)[0].row})" if same else None
+            # The largest of n probabilities that sum to 1 is at least 1/n.
+            return f"the probability of its most likely index (argmax at line {ctx.span(node)[0].row})" if same else None
         if not isinstance(node, cst.Call):
             inner = pass_through(ctx, node)  # `torch.multinomial(p, 1)[:, 0]`
             if inner is None:
@@ -110,15 +111,10 @@ def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.
             if drawn is not None:
                 same = _code(ctx, drawn) == _code(ctx, source)
                 return f"the probability of an index sampled from it at line {row}" if same else None
-            logits = _sampled_logits(ctx, sampler)
+            logits = _categorical_argument(ctx, sampler, "logits")
             if logits is not None:
                 same = _same_logits(ctx, (logits, sampler_env), source)
                 return f"the probability of an index sampled from its logits at line {row}" if same else None
-            scored = _argmax_operand(ctx, sampler)
-            if scored is not None:
-                same = _code(ctx, scored) == _code(ctx, source) or _same_logits(ctx, (scored, sampler_env), source)
-                # The largest of n probabilities that sum to 1 is at least 1/n.
-                return f"the probability of its most likely index (argmax at line {row})" if same else None
         inner = pass_through(ctx, node)
         if inner is None and isinstance(node.func, cst.Attribute) and node.func.attr.value == "long":
             inner = node.func.value
@@ -128,9 +124,16 @@ def _sampled_from_same(ctx: FileContext, index: cst.BaseExpression, source: cst.
     return None
 
 
-def _max_indices_of(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    """`x` where `node` is the indices of `x.max(dim)` / `torch.max(x, dim)`: `.indices`,
-    `[1]`, or a name unpacked as the second of `values, indices = x.max(dim)`; else None."""
+def _argmax_of(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """`x` where `node` is its argmax: `x.argmax(...)`, `torch.argmax(x, ...)`, or the indices
+    of `x.max(dim)` / `torch.max(x, dim)` (`.indices`, `[1]`, a name unpacked as the second of
+    `values, indices = x.max(dim)`); else None."""
+    if isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "argmax" and ctx.qualname(node.func) is None:
+            return node.func.value
+        if ctx.qualname(node.func) == "torch.argmax" and node.args and node.args[0].keyword is None:
+            return node.args[0].value
+        return None
     call = None
     if isinstance(node, cst.Attribute) and node.attr.value == "indices":
         call = strip_parens(node.value)
@@ -148,20 +151,15 @@ def _max_indices_of(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.
     return None
 
 
-def _sampled_logits(ctx: FileContext, call: cst.Call) -> Optional[cst.BaseExpression]:
-    """The logits of `Categorical(logits=...)`, or None."""
-    if last_name(call.func) in ("Categorical", "OneHotCategorical") and \
-            "distributions" in (ctx.qualname(call.func) or "distributions"):
-        return next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "logits"), None)
-    return None
-
-
-def _argmax_operand(ctx: FileContext, call: cst.Call) -> Optional[cst.BaseExpression]:
-    """`x` of `x.argmax(...)` / `torch.argmax(x, ...)`, or None."""
-    if isinstance(call.func, cst.Attribute) and call.func.attr.value == "argmax" and ctx.qualname(call.func) is None:
-        return call.func.value
-    if ctx.qualname(call.func) == "torch.argmax" and call.args and call.args[0].keyword is None:
-        return call.args[0].value
+def _categorical_argument(ctx: FileContext, call: cst.Call, which: str) -> Optional[cst.BaseExpression]:
+    """The `probs` (first positional or `probs=`) or the `logits` (`logits=`) a
+    `Categorical`/`OneHotCategorical` is built from, or None for any other call."""
+    qualname = ctx.qualname(call.func) or ""
+    if last_name(call.func) not in ("Categorical", "OneHotCategorical") or (qualname and "distributions" not in qualname):
+        return None
+    for arg in call.args:
+        if (arg.keyword.value if arg.keyword is not None else "probs") == which:
+            return arg.value
     return None
 
 
@@ -239,12 +237,7 @@ def _names_actions(index: cst.BaseExpression) -> bool:
 
 
 def _through_names(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
-    node = strip_parens(ctx.value_of(strip_parens(node)))
-    if isinstance(node, cst.Name):
-        unpacked = _unpacked_call(ctx.enclosing_function(), node.value)
-        if unpacked is not None:
-            return unpacked
-    return node
+    return _resolved(ctx, node, None)[0]
 
 
 def _callee(ctx: FileContext, source: cst.BaseExpression) -> Optional[str]:
@@ -306,13 +299,11 @@ def _find_sampled(ctx: FileContext) -> Dict[str, int]:
 
 def _sampled_argument(ctx: FileContext, call: cst.Call) -> Optional[cst.BaseExpression]:
     """The probabilities a sampling call draws from, or None for any other call."""
+    probs = _categorical_argument(ctx, call, "probs")
+    if probs is not None:
+        return probs
     qualname = ctx.qualname(call.func) or ""
     name = last_name(call.func)
-    if name in ("Categorical", "OneHotCategorical") and (qualname == "" or "distributions" in qualname):
-        for arg in call.args:
-            if arg.keyword is None or arg.keyword.value == "probs":
-                return arg.value
-        return None
     if qualname == "torch.multinomial" and call.args:
         return call.args[0].value
     if name == "multinomial" and qualname == "" and isinstance(call.func, cst.Attribute):

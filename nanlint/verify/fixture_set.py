@@ -25,8 +25,8 @@ def fixture_files(directory: Optional[Path] = None, code: Optional[str] = None) 
     return [p for p in files if code is None or fixture_code(p) == code]
 
 
-# `# expect: NAN201, NAN103` on a fixture line.
-_EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?:\s*,\s*NAN\d{3})*)")
+# `# expect: NAN201, NAN103` on a fixture line (the tests read the same markers).
+EXPECT_MARKER = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?:\s*,\s*NAN\d{3})*)")
 
 
 def rules_for_fixture(path: Path) -> List[Type[Rule]]:
@@ -34,6 +34,6 @@ def rules_for_fixture(path: Path) -> List[Type[Rule]]:
     name (any of them may be off by default: a marker says what that rule reports there,
     and the rule then runs on the whole file, so its silence elsewhere is checked too)."""
     named = {fixture_code(path)}
-    for m in _EXPECT.finditer(path.read_text(encoding="utf-8")):
+    for m in EXPECT_MARKER.finditer(path.read_text(encoding="utf-8")):
         named.update(re.split(r"\s*,\s*", m.group("codes")))
     return [r for r in all_rules() if r.default_enabled or r.code in named]
