@@ -165,7 +165,8 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
       `.grad` tensor, a tensor made without `requires_grad` (`torch.randn`, `torch.zeros`),
       a value computed under `no_grad` earlier, in this function or a callee, a NumPy array;
     - the function only ever runs where autograd is off (every call the file makes to a
-      private helper is under `no_grad`, `callsites.only_without_autograd`);
+      private helper is under `no_grad`, `callsites.only_without_autograd`), or it is an
+      `nn.Module`'s `__init__` (built once, never differentiated);
     - the result is read as a Python number at once (`.item()`, `.tolist()`)."""
     fa = file_analysis(ctx)
     env, v = _at_node(ctx, expr)
@@ -174,7 +175,8 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
         fn = ctx.enclosing_function()
         turned_on = any(isinstance(n, cst.With) and any(fa.grad_mode(i.item) for i in n.items) for n in ctx.stack)
         if fn is not None and not turned_on:  # `with torch.enable_grad():` inside it: on again
-            why = fa.callsites.only_without_autograd(fn)
+            lambda_inside = any(isinstance(n, cst.Lambda) for n in ctx.stack[ctx.stack.index(fn):])
+            why = (None if lambda_inside else fa.construction(fn)) or fa.callsites.only_without_autograd(fn)
     if why is not None:
         row = fa.line(why.line)
         return f"{why.reason} at line {row}" if row else why.reason

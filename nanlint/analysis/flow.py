@@ -372,7 +372,8 @@ class FileAnalysis:
 
     def _torch_base(self, cls: str, depth: int = 4) -> Optional[str]:
         """"function" for a subclass of `torch.autograd.Function`, "optimizer" for one of
-        `torch.optim.Optimizer` (through the file's own classes too), else None."""
+        `torch.optim.Optimizer`, "module" for an `nn.Module` (through the file's own classes
+        too), else None."""
         node = self.classes.get(cls)
         if node is None or depth <= 0:
             return None
@@ -383,11 +384,24 @@ class FileAnalysis:
                 return "function"
             if full in ("torch.optim.Optimizer", "torch.optim.optimizer.Optimizer"):
                 return "optimizer"
+            if full.startswith("torch.nn.") and full.split(".")[-1][:1].isupper() or \
+                    full.endswith("LightningModule"):
+                return "module"
             if full in self.classes and full != cls:
                 found = self._torch_base(full, depth - 1)
                 if found:
                     return found
         return None
+
+    def construction(self, fn: cst.FunctionDef) -> Optional[Evidence]:
+        """`fn` is the `__init__` of an `nn.Module`: what it computes (filters, bases, buffers,
+        a parameter's initial value) is built once, before training, and autograd never
+        differentiates it. Other classes' constructors may be (a distribution's `__init__`
+        derives the tensors its `log_prob` differentiates), so they do not count."""
+        cls = self.owner.get(id(fn))
+        if cls is None or fn.name.value != "__init__" or self._torch_base(cls) != "module":
+            return None
+        return Evidence(self.token(fn), f"at construction, in `{cls}.__init__`")
 
     def _in_region(self, value: Value, env: Env) -> Value:
         """A value computed where autograd is off takes no gradient, wherever it is used."""
