@@ -43,7 +43,7 @@ def test_fix_is_exact_below_a_character_splitlines_breaks_at(cli, tmp_path, char
 
 
 @pytest.mark.parametrize("code, line, fixed", [
-    ("NAN103", "torch.log(  # the gate\n        torch.sigmoid(z))", "(  # the gate\n        F.logsigmoid(z))"),
+    ("NAN103", "torch.log(  # the gate\n        1 - torch.sigmoid(z))", "(  # the gate\n        F.logsigmoid(-z))"),
     ("NAN104", "torch.log(  # soft\n        1 + torch.exp(z))", "(  # soft\n        F.softplus(z))"),
 ])
 def test_comment_keeping_fixes_count_lines_as_python_does(code, line, fixed):

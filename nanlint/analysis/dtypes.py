@@ -189,4 +189,20 @@ def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_o
     return None
 
 
-__all__ = ["float16_reason"]
+def computed_in_float16(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """Why an elementwise op on `expr` (a sigmoid, an exp) runs in float16 here, or None:
+    `expr` is float16 (`float16_reason`), or the op sits in a float16 autocast region (which
+    leaves such ops in their input's dtype: a layer's output, float16 there), or the project
+    is configured to run in float16 everywhere."""
+    reason = float16_reason(ctx, expr)
+    if reason is not None:
+        return reason
+    region = ctx.precision.in_autocast
+    if region is not None and region.effective_dtype == "float16":
+        return "it runs under float16 autocast"
+    if ctx.precision.configured_everywhere == "float16":
+        return "the project is configured to run in float16"
+    return None
+
+
+__all__ = ["float16_reason", "computed_in_float16"]
