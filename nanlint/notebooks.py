@@ -21,10 +21,10 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from json.decoder import scanstring
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from .diagnostics import Diagnostic, Edit, Fix, Position
-from .engine import SYNTAX_ERROR, io_error, lint_source
+from .engine import SYNTAX_ERROR, io_error, lint_source, syntax_error
 from .files import ChangedDuringRun, SourceFile, write_fixed
 from .fixes import fix_source
 from .rules import Rule
@@ -123,6 +123,9 @@ class Notebook:
     rows: List[Optional[Tuple[int, int]]]
     masked: List[str]  # original text of each masked line
     ensure_ascii: bool
+    # Code cells that do not parse on their own (index -> (row, column, message) in the cell):
+    # blank in `module`, so the other cells are linted, and reported one by one.
+    broken: Dict[int, Tuple[int, int, str]] = field(default_factory=dict)
     _line_starts: List[int] = field(default_factory=list)
 
     # --- positions --------------------------------------------------------------------
@@ -219,8 +222,11 @@ class Notebook:
                 line = self.masked[int(magic.group(2))] + line[len(body):]
             parts[current].append(line)
         out = []
-        for cell, lines in zip(self.cells, parts):
+        for index, (cell, lines) in enumerate(zip(self.cells, parts)):
             text = "".join(lines)
+            if index in self.broken:
+                out.append(cell.source if not text.strip() else text)  # blank: as it was
+                continue
             if not cell.source.endswith("\n") and text.endswith("\n"):
                 text = text[:-1]  # the joiner's newline, not the cell's
             out.append(text)
@@ -276,6 +282,7 @@ def _mask(source: str, masked: List[str]) -> str:
         whole_cell = name not in _PYTHON_CELL_MAGICS  # %%bash, %%writefile, %%html: not Python
     out = []
     continued = False  # a masked line ending in a backslash continues the magic
+    magic_indent = ""  # the indent of the line a continued magic began on
     for i, line in enumerate(lines):
         magic = (
             whole_cell and line.strip() != ""
@@ -288,8 +295,12 @@ def _mask(source: str, masked: List[str]) -> str:
         )
         if magic:
             indent = re.match(r"[ \t]*", line).group(0)
-            if whole_cell or i == first and line.lstrip().startswith("%%") or continued:
+            if whole_cell or i == first and line.lstrip().startswith("%%"):
                 indent = ""
+            elif continued:
+                indent = magic_indent  # `    !cmd \` inside a block: its next lines stay in it
+            else:
+                magic_indent = indent
             masked.append(line)
             out.append(f"{indent}pass  # nanlint-notebook-magic {len(masked) - 1}")
             continued = line.rstrip().endswith("\\")
@@ -347,17 +358,37 @@ def read_notebook(raw: str) -> Optional[Notebook]:
     masked: List[str] = []
     rows: List[Optional[Tuple[int, int]]] = [None]  # row 0 unused
     parts = []
+    broken: Dict[int, Tuple[int, int, str]] = {}
     for index, cell in enumerate(cells):
         parts.append(_CELL_MARK.format(index=index) + "\n")
         rows.append(None)
         body = _mask(cell.source, masked)
+        error = _cell_syntax_error(body)
+        if error is not None:
+            # Jupyter runs each cell on its own, so this one fails there too; blank lines
+            # in its place keep every row where it was and let the other cells be linted.
+            broken[index] = error
+            body = "\n" * body.count("\n")
         if not body.endswith("\n"):
             body += "\n"
         parts.append(body)
         rows.extend((index, r) for r in range(1, body.count("\n") + 1))
     non_ascii_raw = any(ord(ch) > 127 for ch in raw)
     ensure_ascii = not non_ascii_raw and re.search(r"\\u00[89a-fA-F]|\\u0[1-9a-fA-F]|\\u[1-9a-fA-F]", raw) is not None
-    return Notebook(raw, cells, "".join(parts), rows, masked, ensure_ascii)
+    return Notebook(raw, cells, "".join(parts), rows, masked, ensure_ascii, broken)
+
+
+def _cell_syntax_error(body: str) -> Optional[Tuple[int, int, str]]:
+    """(row, column, message) where a masked cell fails to parse by itself, or None (IPython
+    allows `await` at the top of a cell)."""
+    try:
+        compile(body, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                dont_inherit=True)
+    except SyntaxError as exc:
+        return (exc.lineno or 1, exc.offset or 1, exc.msg)
+    except ValueError as exc:  # a NUL byte
+        return (1, 1, str(exc))
+    return None
 
 
 def load(path: Path) -> Optional[Notebook]:
@@ -447,6 +478,7 @@ def fix_notebook_text(
     if notebook is None or not notebook.cells:
         return raw
     module = notebook.module
+    out.diagnostics.extend(_broken_cells(display, notebook))
     if not fix:
         result = lint_source(display, module, rules, precision, timeout=timeout)
         _note_skip(out, display, result)
@@ -462,6 +494,11 @@ def fix_notebook_text(
         out.diagnostics.extend(notebook.to_cells(d) for d in _ipython_syntax(module, outcome.remaining.diagnostics))
         return raw
     sources = notebook.cell_sources(outcome.source)
+    landed = [notebook.cells[i].number for i in notebook.broken if sources[i] != notebook.cells[i].source]
+    if landed:  # an added import at the top of a cell that is kept as it was written
+        out.errors.append(f"cannot fix {display}: a fix would edit cell {landed[0]}, which does not parse")
+        out.diagnostics.extend(notebook.to_cells(d) for d in outcome.remaining.diagnostics)
+        return raw
     new_raw = notebook.with_sources(sources)
     try:
         json.loads(new_raw)
@@ -482,6 +519,17 @@ def fix_notebook_text(
             if new != cell.source:
                 out.diffs.append(unified_diff(f"{display}:cell {cell.number}", cell.source, new))
     return new_raw
+
+
+def _broken_cells(display: str, notebook: Notebook) -> List[Diagnostic]:
+    """A syntax error for each code cell that does not parse, at its place in the cell."""
+    found = []
+    for index, (row, column, message) in sorted(notebook.broken.items()):
+        module_row = notebook.rows.index((index, row)) if (index, row) in notebook.rows else 1
+        d = syntax_error(display, notebook.module, module_row, column, message)
+        d = dataclasses.replace(d, message=f"SyntaxError: {message} (this cell was not linted)")
+        found.append(notebook.to_cells(d))
+    return found
 
 
 def _ipython_syntax(module: str, diagnostics: List[Diagnostic]) -> List[Diagnostic]:

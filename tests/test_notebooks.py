@@ -226,12 +226,48 @@ def test_a_notebook_in_another_language_is_skipped(tmp_path, monkeypatch, capsys
     assert run(capsys, "r.ipynb")[:2] == (0, "All checks passed!\n")
 
 
-def test_a_notebook_that_does_not_parse_is_one_syntax_error_in_its_cell(tmp_path, monkeypatch, capsys):
+def test_a_cell_that_does_not_parse_is_reported_and_the_other_cells_are_linted(tmp_path, monkeypatch, capsys):
+    """Jupyter runs cells one by one: a scratch cell that does not parse (a stray indented
+    line, a shell command without `!`) fails there alone, and loses no other cell here."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "nb.ipynb").write_text(notebook("import torch\n", "def f(:\n    pass\n"))
+    cells = [
+        "import torch\n",
+        "def f(:\n    pass\n",
+        "    ax.add_feature(land)\n",
+        "def gate(x):\n    return 1 / (1 + torch.exp(-x))\n",
+    ]
+    (tmp_path / "nb.ipynb").write_text(notebook(*cells))
     code, out, _ = run(capsys, "nb.ipynb")
-    assert out.splitlines()[0].startswith("nb.ipynb:cell 2:1:")
-    assert " NAN001 SyntaxError" in out.splitlines()[0]
+    lines = out.splitlines()
+    assert lines[0].startswith("nb.ipynb:cell 2:1:") and "NAN001 SyntaxError" in lines[0]
+    assert "(this cell was not linted)" in lines[0]
+    assert lines[1].startswith("nb.ipynb:cell 3:1:") and "unexpected indent" in lines[1]
+    assert lines[2].startswith("nb.ipynb:cell 4:2:12: NAN101")
+    run(capsys, "--fix", "nb.ipynb")
+    sources = ["".join(c["source"]) for c in json.loads((tmp_path / "nb.ipynb").read_text())["cells"]]
+    assert sources[:3] == cells[:3]  # the broken cells are written back as they were
+    assert sources[3] == cells[3].replace("1 / (1 + torch.exp(-x))", "torch.sigmoid(x)")
+
+
+def test_a_cell_that_does_not_parse_is_blank_in_the_module_and_written_back_as_it_was():
+    nb = read_notebook(notebook("x = (\n  1,\n", "import torch\ny = torch.exp(x)\n"))
+    assert nb.broken == {0: (1, 5, "'(' was never closed")}
+    assert nb.module.split("\n")[1:3] == ["", ""]  # its rows stay, empty
+    assert nb.cell_sources(nb.module)[0] == "x = (\n  1,\n"
+    # Text that a fix put into its rows (an added import) is not dropped silently:
+    # cell_sources returns it, and fix_notebook_text refuses to write such a fix.
+    edited = nb.module.replace("\n\n\n", "\nimport math\n\n", 1)
+    assert nb.cell_sources(edited)[0] == "import math\n\n"
+
+
+def test_a_continued_shell_command_inside_a_block_stays_in_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    cells = ["import torch\ndef gate(x, train):\n    if train:\n        !python train.py \\\n"
+             "        --steps 10\n    return 1 / (1 + torch.exp(-x))\n"]
+    (tmp_path / "nb.ipynb").write_text(notebook(*cells))
+    code, out, _ = run(capsys, "nb.ipynb")
+    assert "NAN001" not in out
+    assert out.splitlines()[0].startswith("nb.ipynb:cell 1:6:12: NAN101")
 
 
 def test_read_notebook_maps_rows_both_ways():
