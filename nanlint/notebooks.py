@@ -267,13 +267,18 @@ def _indent_before(raw: str, index: int) -> Optional[str]:
     return before if before.strip() == "" and line_start > 0 else None
 
 
+def _masked_cell(source: str, masked: List[str]) -> Tuple[str, Optional[Tuple[int, int, str]]]:
+    """The cell's source with IPython-only lines replaced by a marked `pass`, and where the
+    result fails to parse by itself (None where it parses)."""
+    if _cell_syntax_error(source) is None:
+        return source, None  # plain Python: nothing to mask (a `%` inside a string stays as it is)
+    body = _mask(source, masked)
+    return body, _cell_syntax_error(body)
+
+
 def _mask(source: str, masked: List[str]) -> str:
-    """The cell's source with IPython-only lines replaced by a marked `pass`."""
-    try:
-        compile(source, "<cell>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
-        return source  # plain Python: nothing to mask (a `%` inside a string stays as it is)
-    except (SyntaxError, ValueError):
-        pass
+    """`source` (which does not parse as it is) with IPython-only lines replaced by a marked
+    `pass`."""
     lines = source.split("\n")
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     whole_cell = False
@@ -362,8 +367,7 @@ def read_notebook(raw: str) -> Optional[Notebook]:
     for index, cell in enumerate(cells):
         parts.append(_CELL_MARK.format(index=index) + "\n")
         rows.append(None)
-        body = _mask(cell.source, masked)
-        error = _cell_syntax_error(body)
+        body, error = _masked_cell(cell.source, masked)
         if error is not None:
             # Jupyter runs each cell on its own, so this one fails there too; blank lines
             # in its place keep every row where it was and let the other cells be linted.
@@ -525,7 +529,8 @@ def _broken_cells(display: str, notebook: Notebook) -> List[Diagnostic]:
     """A syntax error for each code cell that does not parse, at its place in the cell."""
     found = []
     for index, (row, column, message) in sorted(notebook.broken.items()):
-        module_row = notebook.rows.index((index, row)) if (index, row) in notebook.rows else 1
+        last = max(r for i, r in filter(None, notebook.rows) if i == index)
+        module_row = notebook.rows.index((index, min(row, last)))  # an error at the end: its last row
         d = syntax_error(display, notebook.module, module_row, column, message)
         d = dataclasses.replace(d, message=f"SyntaxError: {message} (this cell was not linted)")
         found.append(notebook.to_cells(d))

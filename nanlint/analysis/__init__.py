@@ -175,8 +175,7 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
         fn = ctx.enclosing_function()
         turned_on = any(isinstance(n, cst.With) and any(fa.grad_mode(i.item) for i in n.items) for n in ctx.stack)
         if fn is not None and not turned_on:  # `with torch.enable_grad():` inside it: on again
-            lambda_inside = any(isinstance(n, cst.Lambda) for n in ctx.stack[ctx.stack.index(fn):])
-            why = (None if lambda_inside else fa.construction(fn)) or fa.callsites.only_without_autograd(fn)
+            why = fa.construction(fn, ctx.stack) or fa.callsites.only_without_autograd(fn)
     if why is not None:
         row = fa.line(why.line)
         return f"{why.reason} at line {row}" if row else why.reason

@@ -542,8 +542,8 @@ class CallSites:
             if caller is fn:
                 continue  # a recursive call runs wherever the outer call does
             region = fa.env_at(site.stack + (site.call,), seeded=False).nograd
-            if region is None and caller is not None and not any(isinstance(n, cst.Lambda) for n in site.stack):
-                region = fa.construction(caller)
+            if region is None and caller is not None:
+                region = fa.construction(caller, site.stack)
             if region is None:
                 inner = self.only_without_autograd(caller, depth - 1) if caller is not None else None
                 if inner is None:

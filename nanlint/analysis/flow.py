@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -393,13 +393,17 @@ class FileAnalysis:
                     return found
         return None
 
-    def construction(self, fn: cst.FunctionDef) -> Optional[Evidence]:
-        """`fn` is the `__init__` of an `nn.Module`: what it computes (filters, bases, buffers,
-        a parameter's initial value) is built once, before training, and autograd never
-        differentiates it. Other classes' constructors may be (a distribution's `__init__`
-        derives the tensors its `log_prob` differentiates), so they do not count."""
+    def construction(self, fn: cst.FunctionDef, path: Sequence[cst.CSTNode]) -> Optional[Evidence]:
+        """`fn` is the `__init__` of an `nn.Module` and `path` (the nodes down to a place in
+        it) enters no lambda: what it computes there (filters, bases, buffers, a parameter's
+        initial value) is built once, before training, and autograd never differentiates it;
+        a lambda made there runs later. Other classes' constructors may be differentiated (a
+        distribution's `__init__` derives the tensors its `log_prob` uses), so they do not
+        count."""
         cls = self.owner.get(id(fn))
         if cls is None or fn.name.value != "__init__" or self._torch_base(cls) != "module":
+            return None
+        if any(isinstance(n, cst.Lambda) for n in path):
             return None
         return Evidence(self.token(fn), f"at construction, in `{cls}.__init__`")
 

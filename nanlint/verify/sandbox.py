@@ -864,7 +864,7 @@ class Interpreter:
 
     def _call(self, node: ast.Call, env: Mapping[str, Any]) -> Any:
         torch = self.torch
-        kind, what = self.checked.kinds.get(id(node.func), (None, None))
+        kind, what = self.checked.kinds[id(node.func)]
         args = [self._eval(a, env) for a in node.args]
         kwargs = {k.arg: self._eval(k.value, env) for k in node.keywords}
         for v in list(args) + list(kwargs.values()):
