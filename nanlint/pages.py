@@ -94,5 +94,29 @@ def write_pages(directory: Path) -> None:
         (directory / name).write_text(text, encoding="utf-8")
 
 
+def stale_pages(directory: Path) -> List[str]:
+    """Names of the pages under `directory` that are missing, stale or not rendered by any rule."""
+    want = expected_files()
+    have = {p.name: p.read_text(encoding="utf-8") for p in directory.glob("*.md")} if directory.is_dir() else {}
+    return sorted(name for name in set(want) | set(have) if want.get(name) != have.get(name))
+
+
+def main(argv: List[str]) -> int:
+    usage = "usage: python -m nanlint.pages [--check] [DIRECTORY]   (DIRECTORY defaults to rules)"
+    check = "--check" in argv
+    rest = [arg for arg in argv if arg != "--check"]
+    if len(rest) > 1 or any(arg.startswith("-") for arg in rest):
+        print(usage, file=sys.stderr)
+        return 2
+    directory = Path(rest[0] if rest else "rules")
+    if check:
+        stale = stale_pages(directory)
+        for name in stale:
+            print(f"{directory / name}: stale (run `python -m nanlint.pages`)")
+        return 1 if stale else 0
+    write_pages(directory)
+    return 0
+
+
 if __name__ == "__main__":
-    write_pages(Path(sys.argv[1] if len(sys.argv) > 1 else "rules"))
+    sys.exit(main(sys.argv[1:]))
