@@ -39,6 +39,13 @@ class OutOfTime(Exception):
     """The file's analysis ran past its time budget."""
 
 
+class NestedTooDeeply(Exception):
+    """LibCST ran out of recursion rendering the file (its positions, a node's text). Python
+    3.12 caps C recursion whatever `sys.setrecursionlimit` says, and LibCST's code generator
+    recurses through C once per level: a chain of a few hundred `+` is enough there. A
+    condition of the file, so it ends the file's analysis instead of being one rule's bug."""
+
+
 def max_bracket_depth(source: str) -> Tuple[int, int, int]:
     """The deepest bracket nesting outside strings and comments, and where it is first
     reached (1-based row and column)."""

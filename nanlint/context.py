@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .bounds import NestedTooDeeply
 from .diagnostics import SAFE, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
 from .ops import TENSOR_METHOD, Op, match_op, number_value
 from .text import line_starts, offset, split_lines
@@ -168,11 +169,16 @@ def position_map(module: cst.Module) -> Any:
     them through a MetadataWrapper also runs a visitor over the module that rebuilds every
     node, which costs as much again as the positions themselves."""
     try:
-        provider = PositionProvider()
-        provider._gen_impl(module)
-        return provider._computed
-    except Exception:  # a libcst without that hook: the public way
-        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        try:
+            provider = PositionProvider()
+            provider._gen_impl(module)
+            return provider._computed
+        except RecursionError:
+            raise
+        except Exception:  # a libcst without that hook: the public way
+            return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    except RecursionError as exc:
+        raise NestedTooDeeply(str(exc)) from exc
 
 
 class FileContext:

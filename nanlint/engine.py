@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import symtable
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
@@ -15,7 +16,7 @@ from .context import FileContext, Scope, comment_tokens
 from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
-from .bounds import OutOfTime, nesting_error, run_deep
+from .bounds import NestedTooDeeply, OutOfTime, nesting_error, run_deep
 from .triggers import firing
 from .text import split_lines
 
@@ -161,6 +162,8 @@ class _Walker:
         for handler in handlers:
             try:
                 handler(node, self.ctx)
+            except NestedTooDeeply:
+                raise  # the file's condition, not the rule's: the file is reported skipped
             except Exception as exc:  # a rule bug must not lose the rest of the run
                 self._contain(handler, node, exc)
 
@@ -400,6 +403,12 @@ def lint_source(
         return LintResult([], skipped=reason)
 
 
+_TOO_DEEP = (
+    f"an expression is nested too deeply for LibCST on Python {sys.version_info[0]}.{sys.version_info[1]}"
+    " (a long operator chain: split it, or lint with another Python version)"
+)
+
+
 def _lint(path, source, rule_classes, precision, timeout, imported) -> LintResult:
     nul = source.find("\0")
     if nul != -1:
@@ -447,6 +456,8 @@ def _lint(path, source, rule_classes, precision, timeout, imported) -> LintResul
         walker.walk(module)
     except OutOfTime:
         skipped = f"the analysis took longer than {timeout:g} s (file-timeout)"
+    except NestedTooDeeply:
+        return LintResult([], ctx.errors, skipped=_TOO_DEEP)
     diagnostics = _dedupe(ctx.diagnostics)
     if diagnostics:
         diagnostics = apply_suppressions(source, diagnostics)
