@@ -59,6 +59,7 @@ _IN_PLACE = {
 _MODULE_OPS = {
     "torch.nn.Softmax": "softmax", "torch.nn.Softmin": "softmax", "torch.nn.Sigmoid": "sigmoid",
     "torch.nn.ReLU": "relu", "torch.nn.Tanh": "tanh", "torch.nn.Softplus": "softplus",
+    "torch.nn.CosineSimilarity": "cosine_similarity",
 }
 _LEARNED_MODULES = {
     "torch.nn.Linear", "torch.nn.Embedding", "torch.nn.Conv1d", "torch.nn.Conv2d",
@@ -1453,8 +1454,9 @@ class FileAnalysis:
                 return self._masked_update(func.value, positional[0], receiver,
                                            self.eval(positional[1], env, depth - 1), env, line)
             return self._call_value(receiver, _code(ctx, func), env, line)
-        if isinstance(func, cst.Subscript):
-            # `self.heads["policy"](h)`, `self.layers[-1](x)`
+        if isinstance(func, (cst.Subscript, cst.Call)):
+            # `self.heads["policy"](h)`, `self.layers[-1](x)`; a module built and called at
+            # once: `nn.Softmax(dim=-1)(x)`, `nn.CosineSimilarity(dim=1)(a, b)`, `Policy(n)(obs)`.
             return self._call_value(self.eval(func, env, depth - 1), _code(ctx, func), env, line)
         return TOP
 
@@ -1496,7 +1498,9 @@ class FileAnalysis:
             dim = keywords.get("dim") or (positional[0] if positional else None)
             codes = {"dim": _code(self.ctx, dim)} if dim is not None else {}
             out = transfer.apply(_MODULE_OPS[full], [TOP], {}, codes, line) or TOP
-            return Value(module_out=out.with_evidence(line, f"`{full.split('.')[-1]}` module") if out.prob else out)
+            if out.prob or out.cosine:
+                out = replace(out, evidence=(Evidence(line, f"`{full.split('.')[-1]}` module"),))
+            return Value(module_out=out)
         if full in _LEARNED_MODULES:
             return Value(module_out=Value(learned=True, evidence=(Evidence(line, f"`{full.split('.')[-1]}` output"),)))
         if full in _CONTAINERS and positional:

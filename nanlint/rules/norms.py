@@ -882,8 +882,9 @@ Where the exact 0 angle matters, use the atan2 form."""
     @staticmethod
     def _witness(ctx: FileContext, arg: cst.BaseExpression) -> Optional[cst.BaseExpression]:
         """A name with the cosine's dtype, where the argument is short enough to clamp in
-        place: the argument itself (a name or attribute chain), or a `cosine_similarity`
-        call's first input when that is a name."""
+        place: the argument itself (a name or attribute chain), or the first input of a
+        `cosine_similarity` call or of an `nn.CosineSimilarity` module's call
+        (`cos(a, b)`), when that is a name."""
         arg = strip_parens(arg)
         if isinstance(arg, cst.Name):
             return arg
@@ -892,6 +893,8 @@ Where the exact 0 angle matters, use the atan2 form."""
         op = op_of(ctx, arg)
         if op is not None and op.name == "cosine_similarity" and op.args:
             first = strip_parens(op.args[0])
-            if isinstance(first, cst.Name):
-                return first
-        return None
+        elif op is None and isinstance(arg, cst.Call) and arg.args and arg.args[0].keyword is None:
+            first = strip_parens(arg.args[0].value)  # the caller checked it is a cosine
+        else:
+            return None
+        return first if isinstance(first, cst.Name) else None
