@@ -25,8 +25,8 @@ ODD = ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 
 
 def write(path: Path, text: str) -> Path:
-    # Bytes exactly as given (CR and CRLF endings included).
-    path.write_text(text, encoding="utf-8", newline="")
+    # Bytes exactly as given (CR and CRLF endings included; `write_text(newline=)` is 3.10+).
+    path.write_bytes(text.encode("utf-8"))
     return path
 
 
