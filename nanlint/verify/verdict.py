@@ -21,6 +21,7 @@ Verdicts:
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -64,18 +65,42 @@ def _shape(v: Any) -> tuple:
     return tuple(shape)
 
 
+def _float32(v: float) -> float:
+    try:
+        return struct.unpack("f", struct.pack("f", v))[0]
+    except OverflowError:
+        return v
+
+
+def fmt_input(v: Any) -> str:
+    """An input number that reruns the failure: six digits where they give the same number
+    in float32, up to nine (enough for any float32) where they do not. `acos` fails at
+    -1.0000001, and "-1" would send the reader to a point where it holds. The inputs are
+    values of the run's dtype (float32 or narrower), so nine digits always suffice."""
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(fmt_input(x) for x in v) + "]"
+    short = fmt_number(v)
+    if not isinstance(v, float) or math.isnan(v) or math.isinf(v) or _float32(v) != v:
+        return short
+    for digits in range(6, 10):
+        text = short if digits == 6 else f"{v:.{digits}g}"
+        if _float32(float(text)) == v:
+            return text
+    return short
+
+
 def fmt_value(v: Any) -> str:
     """An input as a person would type it: a number, a short list, or torch.full(...)."""
     if not isinstance(v, list):
-        return fmt_number(v)
+        return fmt_input(v)
     flat = list(_flatten(v))
     shape = _shape(v)
     if flat and all(x == flat[0] for x in flat) and len(flat) > 1:
         dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
-        return f"torch.full(({dims}), {fmt_number(flat[0])})"
+        return f"torch.full(({dims}), {fmt_input(flat[0])})"
     if len(flat) <= 8:
-        return fmt_number(v)
-    return fmt_number(v[0]) + f" (first row of {'x'.join(str(d) for d in shape)})"
+        return fmt_input(v)
+    return fmt_input(v[0]) + f" (first row of {'x'.join(str(d) for d in shape)})"
 
 
 @dataclass
