@@ -114,3 +114,16 @@ def test_long_code_lines_wrap_in_the_html_report():
     css = page.split("<style>")[1].split("</style>")[0]
     assert re.search(r"pre\{[^}]*white-space:pre-wrap", css) and "overflow-wrap:anywhere" in css
     assert "overflow-x:auto" not in css
+
+
+def test_witness_inputs_keep_the_digits_that_rerun_the_failure():
+    from nanlint.verify.verdict import fmt_value
+
+    below = torch.tensor(-1.0).nextafter(torch.tensor(-2.0)).item()  # -1.0000001 in float32
+    assert fmt_value(below) == "-1.0000001" and torch.acos(torch.tensor(float(fmt_value(below)))).isnan()
+    edge = torch.tensor(-11.09375, dtype=torch.float16).item()
+    assert fmt_value(edge) == "-11.09375"
+    assert fmt_value([below, 2.0]) == "[-1.0000001, 2]"
+    assert fmt_value([0.5] * 4) == "torch.full((4,), 0.5)"
+    # Round numbers and float64 values stay short.
+    assert (fmt_value(-1.0), fmt_value(0.1), fmt_value(1 / 3), fmt_value(65504.0)) == ("-1", "0.1", "0.333333", "65504")
