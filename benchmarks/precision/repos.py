@@ -1,7 +1,7 @@
 """Precision of nanlint on research repositories it was not tuned on, judged blind.
 
     python benchmarks/precision/repos.py --mirrors /work/.mirror [--label NAME] [--select CODES]
-        [--python PY] [--show-untriaged]
+        [--batch N] [--python PY] [--show-untriaged]
 
 The PyPI corpus (run.py) is libraries; this measures training scripts and research code.
 `repositories.json` names each repository by commit with its split (the same hash of the
@@ -106,6 +106,7 @@ def main() -> None:
     ap.add_argument("--mirrors", type=Path, required=True, help="folder of bare git mirrors")
     ap.add_argument("--label", default="repos")
     ap.add_argument("--select", default=None)
+    ap.add_argument("--batch", type=int, action="append", help="only the repositories chosen in batch N (repeatable)")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--show-untriaged", action="store_true")
     args = ap.parse_args()
@@ -116,6 +117,8 @@ def main() -> None:
     counts: Dict[str, Dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
     untriaged: List[str] = []
     for r in load_repositories():
+        if args.batch and r["batch"] not in args.batch:
+            continue
         git_dir = mirror_dir(args.mirrors, r["repo"])
         if git_dir is None:
             print(f"warning: no mirror of {r['repo']}", file=sys.stderr)
