@@ -664,3 +664,15 @@ def test_a_module_constant_is_summarized_for_the_files_that_import_it():
     assert constant_data(text, "N") is None  # assigned twice: no one value
     assert constant_data(text, "NAME") is None  # not a number
     assert constant_data("def f():\n    LOCAL = 1.0\n", "LOCAL") is None  # not at module level
+
+
+def test_a_long_guarded_expression_is_named_by_what_it_does_not_by_a_placeholder():
+    source = (
+        "import torch\n\n\n"
+        "def attn(q, k_cumsum):\n"
+        "    with torch.autocast('cuda', dtype=torch.float16):\n"
+        "        return 1. / (torch.einsum('...nd,...d->...n', q, k_cumsum.type_as(q)) + 1e-8)\n"
+    )
+    (d,) = lint_source("m.py", source, [get_rule("NAN202")]).diagnostics
+    assert "the guard does nothing and the division still sees an exact 0" in d.message
+    assert "`the expression`" not in d.message

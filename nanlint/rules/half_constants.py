@@ -112,6 +112,17 @@ _SQRT_EPS_FLOOR = {"sqrt": 5.83e-11, "rsqrt": 2.34e-10}
 _LOG_KINDS = ("log", "log2", "log10")
 
 
+def _consumer_words(ctx: FileContext, consumer: cst.BaseExpression) -> str:
+    """The consumer as a message names it: its code where short, else what it does."""
+    code = node_code(consumer)
+    if len(code) <= 60 and "\n" not in code:
+        return f"`{code}`"
+    if isinstance(consumer, cst.BinaryOperation):
+        return "the power" if isinstance(consumer.operator, cst.Power) else "the division"
+    kind = _consumer_kind(ctx, consumer)
+    return f"the `{kind}`" if kind else "the division"
+
+
 def _consumer_kind(ctx: FileContext, consumer: cst.BaseExpression) -> Optional[str]:
     if isinstance(consumer, cst.Call):
         full = ctx.qualname(consumer.func)
@@ -381,8 +392,8 @@ expression in float32 instead.
         text = node_code(strip_parens(literal))
         message = (
             f"Epsilon `{text}` rounds to 0 in float16 ({reason}): the guard does nothing and "
-            f"`{node_code(consumer) if len(node_code(consumer)) <= 60 else 'the expression'}` "
-            f"still sees an exact 0; use `torch.finfo(x.dtype).{attr}` (x the tensor) or compute in float32"
+            f"{_consumer_words(ctx, consumer)} still sees an exact 0; use `torch.finfo(x.dtype).{attr}` "
+            "(x the tensor) or compute in float32"
         )
         edits: tuple = ()
         replacement = None
