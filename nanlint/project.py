@@ -109,7 +109,8 @@ class ProjectIndex:
         self._deps: Dict[Path, List[Path]] = {}
         self._bytes_hash: Dict[str, Optional[str]] = {}
         self._summaries: Dict[Path, Any] = {}
-        self._search_roots: Dict[str, Tuple[str, ...]] = {}
+        self._search_roots: Dict[Tuple[str, bool], Tuple[str, ...]] = {}
+        self._scripts: set = set()  # files that run as scripts (their folder is on sys.path)
         self._listings: Dict[str, frozenset] = {}
         self._lookups: Dict[Tuple[Tuple[str, ...], ImportRef], Tuple[Optional[str], Dict[str, str]]] = {}
         self._inside_memo: Dict[Tuple[str, Optional[str]], bool] = {}
@@ -188,6 +189,8 @@ class ProjectIndex:
             digest = hashlib.sha256(data).hexdigest()
         self._bytes_hash[key] = digest
         self._imports[key] = imports if imports is not None else scan_imports(data)
+        if b"__main__" in data and b"__name__" in data:
+            self._scripts.add(key)
         return digest
 
     def imports_of(self, path: Path) -> List[ImportRef]:
@@ -205,16 +208,20 @@ class ProjectIndex:
         """Where absolute imports of own modules are looked up, in order: the base of the
         file's package (for a script outside any package, its own directory: sibling scripts
         import each other as `python script.py` puts it on sys.path), the project root and
-        its `src/` (the src layout)."""
+        its `src/` (the src layout). A script inside a package (`if __name__ ==
+        "__main__"`, run as `python pkg/run.py`) has its own directory first too: Python
+        puts it there, and the script imports its siblings by their bare names."""
         return [self._path(r) for r in self._search_roots_of(self._key(path))]
 
     def _search_roots_of(self, key: str) -> Tuple[str, ...]:
         directory = os.path.dirname(key)
-        known = self._search_roots.get(directory)
+        script = key in self._scripts
+        memo = (directory, script)
+        known = self._search_roots.get(memo)
         if known is not None:
             return known
         # A package module's own directory is not on sys.path (no implicit relative imports).
-        roots = [str(package_base(Path(key)))]
+        roots = ([directory] if script else []) + [str(package_base(Path(key)))]
         root = self._root_key(key)
         if root is not None:
             roots += [root, os.path.join(root, "src")]
@@ -222,7 +229,7 @@ class ProjectIndex:
         for r in roots:
             if r not in out:
                 out.append(r)
-        known = self._search_roots[directory] = tuple(out)
+        known = self._search_roots[memo] = tuple(out)
         return known
 
     def _module_file(self, base: str, dotted: str) -> Optional[str]:

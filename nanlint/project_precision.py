@@ -13,6 +13,13 @@ The project is the directory with a root marker (`pyproject.toml`, `setup.py`, `
 script outside both is its own evidence (what the file shows, as without this module).
 Tests are not searched: a test that runs a module in float16 says the module supports it,
 not that training runs it so.
+
+A line counts for a file only where the two run in one program: some project file imports,
+directly or through others, both the file and the line's file (a trainer with `--fp16` that
+imports the model; the model's file itself). A monorepo's sub-project whose own script runs
+a module in float32 is not made float16 by another sub-project's trainer. A file that no
+other script imports (a model built from a config or a registry, by names no import shows)
+is run by code the index cannot follow, and the project's first line counts for it.
 """
 
 from __future__ import annotations
@@ -20,12 +27,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from .config import Settings, relative_display
 from .files import walk
 from .precision import TrainingPrecision
-from .project import ROOT_MARKERS, find_root, package_base
+from .project import ROOT_MARKERS, ProjectIndex, find_root, package_base, scan_imports
 
 # Code that trains a model in float16, and how much of it runs in float16: a model made
 # `.half()` computes everything in float16 ("all"); mixed precision (autocast, a
@@ -134,7 +141,7 @@ class ProjectPrecisionFinder:
     read already are given to `note`, so the search reads only the others."""
 
     def __init__(self) -> None:
-        self._found: Dict[str, Optional[TrainingPrecision]] = {}
+        self._found: Dict[str, Optional["_ProjectSigns"]] = {}
         self._projects: Dict[str, Optional[Path]] = {}  # a file's folder -> its project
         self._signs: Dict[str, Optional[Tuple[int, str, str]]] = {}  # absolute path -> find_sign
 
@@ -152,11 +159,15 @@ class ProjectPrecisionFinder:
         key = str(project)
         if key not in self._found:
             self._found[key] = self._search(project, settings)
-        return self._found[key]
+        signs = self._found[key]
+        return signs.for_file(str(path)) if signs is not None else None
 
-    def _search(self, project: Path, settings: Settings) -> Optional[TrainingPrecision]:
+    def _search(self, project: Path, settings: Settings) -> Optional["_ProjectSigns"]:
+        files: List[str] = []
+        signs: List[Tuple[str, TrainingPrecision]] = []
         for file in project_files(project, settings):
             key = os.path.abspath(file)
+            files.append(key)
             if key in self._signs:
                 found = self._signs[key]
             else:
@@ -166,8 +177,112 @@ class ProjectPrecisionFinder:
                     continue
             if found is not None:
                 row, what, scope = found
-                return TrainingPrecision("float16", f"{what} at {relative_display(file)}:{row}", scope)
-        return None
+                signs.append((key, TrainingPrecision("float16", f"{what} at {relative_display(file)}:{row}", scope)))
+        return _ProjectSigns(files, signs) if signs else None
+
+
+class _ProjectSigns:
+    """A project's float16 lines and which of its files each counts for (see the module's
+    docstring). The import graph is built on the first question, once per project."""
+
+    def __init__(self, files: List[str], signs: List[Tuple[str, TrainingPrecision]]):
+        self.files = files  # absolute paths, in path order
+        self.signs = signs  # (file, what it shows), in path order
+        self._own = {file: precision for file, precision in reversed(signs)}
+        self._graph: Optional[Tuple[Dict[str, List[str]], Dict[str, int], Set[str]]] = None
+        self._answers: Dict[str, Optional[TrainingPrecision]] = {}
+
+    def for_file(self, key: str) -> Optional[TrainingPrecision]:
+        if key in self._own:
+            return self._own[key]
+        if key not in self._answers:
+            self._answers[key] = self._answer(key)
+        return self._answers[key]
+
+    def _answer(self, key: str) -> Optional[TrainingPrecision]:
+        if self._graph is None:
+            self._graph = self._build()
+        importers, leads_to, scripts = self._graph
+        if key not in importers:
+            return self.signs[0][1]  # not a searched file (a test): the project's first line
+        # Every file that imports this one, directly or not (itself included): the first
+        # sign one of them leads to, and whether one of them is another script.
+        best: Optional[int] = None
+        by_script = False
+        seen = {key}
+        stack = [key]
+        while stack:
+            node = stack.pop()
+            if node in leads_to and (best is None or leads_to[node] < best):
+                best = leads_to[node]
+            by_script = by_script or (node != key and node in scripts)
+            for p in importers[node]:
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        if best is not None:
+            return self.signs[best][1]
+        return None if by_script else self.signs[0][1]
+
+    def _build(self) -> Tuple[Dict[str, List[str]], Dict[str, int], Set[str]]:
+        """The project's import graph upside down (file -> the files that import it), the
+        first sign each file leads to through its imports (index in `signs`; the file's
+        own included), and the files that are scripts (`if __name__ == "__main__"`)."""
+        index = ProjectIndex()
+        scripts: Set[str] = set()
+        for key in self.files:
+            try:
+                with open(key, "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                data = b""
+            if b"__main__" in data and b"__name__" in data:
+                scripts.add(key)
+            # Resolution only: no summaries, so no content hash is needed.
+            index.note_content(Path(key), data, imports=scan_imports(runtime_imports(data)), digest="")
+        importers: Dict[str, List[str]] = {key: [] for key in self.files}
+        for key in self.files:
+            for dep in index.dependencies(Path(key)):
+                dep_key = str(dep)
+                if dep_key in importers and dep_key != key:
+                    importers[dep_key].append(key)
+        # Walk up from each sign, in order; a file met before already leads to an earlier
+        # sign, and so do the files above it.
+        leads_to: Dict[str, int] = {}
+        for i, (sign_file, _) in enumerate(self.signs):
+            stack = [sign_file]
+            while stack:
+                node = stack.pop()
+                if node in leads_to:
+                    continue
+                leads_to[node] = i
+                stack.extend(p for p in importers.get(node, ()) if p not in leads_to)
+        return importers, leads_to, scripts
+
+
+_TYPE_CHECKING = re.compile(rb"^([ \t]*)if[ \t]+(?:typing\.)?TYPE_CHECKING[ \t]*:[ \t]*(?:#[^\n]*)?$")
+
+
+def runtime_imports(data: bytes) -> bytes:
+    """The source without its `if TYPE_CHECKING:` blocks: their imports never run (a lazy
+    package's `__init__` lists every module there and imports none of them)."""
+    if b"TYPE_CHECKING" not in data:
+        return data
+    out: List[bytes] = []
+    block_indent: Optional[int] = None
+    for line in data.split(b"\n"):
+        stripped = line.strip()
+        if block_indent is not None:
+            indent = len(line) - len(line.lstrip(b" \t"))
+            if not stripped or indent > block_indent:
+                continue
+            block_indent = None
+        m = _TYPE_CHECKING.match(line.rstrip(b"\r"))
+        if m:
+            block_indent = len(m.group(1))
+            continue
+        out.append(line)
+    return b"\n".join(out)
 
 
 def project_files(project: Path, settings: Settings) -> Iterator[Path]:

@@ -6,9 +6,10 @@ hazards reported in the model's file, which shows no float16 itself
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import pytest
 
@@ -146,6 +147,80 @@ def test_a_loose_script_is_its_own_evidence(tmp_path):
     installed.mkdir(parents=True)
     (installed / "__init__.py").write_text("")
     assert project_of(installed / "mod.py") is None  # an installed package: not a project to search
+
+
+FILL = """import torch
+
+
+def attend(q, k, mask):
+    scores = q @ k.transpose(-2, -1)
+    return scores.masked_fill(mask, -1e18).softmax(-1)
+"""
+FP16_OPTION = "import argparse\n\nparser = argparse.ArgumentParser()\nparser.add_argument('--fp16', action='store_true')\n"
+MAIN = "\n\nif __name__ == '__main__':\n    main()\n"
+
+
+def _write(root: Path, files: dict) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def _precision_of(root: Path, name: str) -> Optional[str]:
+    """What the project shows for `root/name`: the reason cited, with paths under `root`."""
+    found = ProjectPrecisionFinder().of(root / name, Settings())
+    return found.reason.replace(f"{root}{os.sep}", "") if found is not None else None
+
+
+def test_a_line_counts_where_a_script_runs_both_it_and_the_file(tmp_path):
+    # A monorepo: an unrelated trainer's `--fp16` does not make a sub-project float16 whose
+    # own script runs its model in float32 (`from modeling import ...`: the script's folder).
+    _write(tmp_path, {
+        "setup.py": "",
+        "lib/__init__.py": "",
+        "legacy/run_glue.py": "import lib\n" + FP16_OPTION + MAIN,
+        "research/abs/__init__.py": "",
+        "research/abs/modeling.py": FILL,
+        "research/abs/run.py": "from modeling import attend\n\ndef main():\n    pass\n" + MAIN,
+    })
+    assert _precision_of(tmp_path, "research/abs/modeling.py") is None
+    # The sub-project's own script asks for float16: its line counts, and is the one cited.
+    (tmp_path / "research/abs/run.py").write_text("from modeling import attend\n" + FP16_OPTION + MAIN)
+    assert _precision_of(tmp_path, "research/abs/modeling.py") == "a `--fp16` option at research/abs/run.py:5"
+    # A trainer elsewhere that imports a module which imports the model counts too.
+    (tmp_path / "research/abs/run.py").write_text("from modeling import attend\n" + MAIN)
+    _write(tmp_path, {"research/abs/loss.py": "from .modeling import attend\n",
+                      "train.py": "from research.abs import loss\n\nmodel = model.half()\n"})
+    assert _precision_of(tmp_path, "research/abs/modeling.py") == "a model made `.half()` at train.py:3"
+
+
+def test_a_file_no_other_script_imports_takes_the_projects_first_line(tmp_path):
+    # Built from a config or a registry, or run by its own smoke test only: the project's
+    # trainer is taken to run it.
+    _write(tmp_path, {
+        "setup.cfg": "",
+        "train.py": "import hydra\n\nscaler = torch.cuda.amp.GradScaler()\n",
+        "models/__init__.py": "",
+        "models/attention.py": FILL + "\n\nif __name__ == '__main__':\n    attend(q, k, m)\n",
+    })
+    assert _precision_of(tmp_path, "models/attention.py") == "a `GradScaler` (float16 mixed precision) at train.py:3"
+
+
+def test_imports_for_type_checkers_do_not_run(tmp_path):
+    # A lazy package's `__init__` names every module under `if TYPE_CHECKING:` and imports
+    # none of them: a script that imports the package does not run its trainer.
+    _write(tmp_path, {
+        "setup.py": "",
+        "lib/__init__.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .trainer import Trainer\n"
+                           "else:\n    from .lazy import LazyModule\n",
+        "lib/lazy.py": "",
+        "lib/trainer.py": "scaler = torch.cuda.amp.GradScaler()\n",
+        "app/modeling.py": FILL,
+        "app/run.py": "import lib\nfrom modeling import attend\n" + MAIN,
+    })
+    assert _precision_of(tmp_path, "app/modeling.py") is None
+    (tmp_path / "lib/__init__.py").write_text("from .trainer import Trainer\n")
+    assert _precision_of(tmp_path, "app/modeling.py") == "a `GradScaler` (float16 mixed precision) at lib/trainer.py:1"
 
 
 def test_find_sign_reads_code_not_words():
