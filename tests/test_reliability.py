@@ -10,18 +10,36 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import cli  # noqa: F401 - the in-process CLI fixture, shared
+from test_cli import cli as default_cli  # noqa: F401 - the in-process CLI fixture, shared
 
 from nanlint.diagnostics import Edit, Position
 from nanlint.engine import lint_source
 from nanlint.fixes import SpanMismatch, apply_edits, fix_source
 from nanlint.rules import Rule, all_rules, get_rule
 
+# This file's sample hazard: NAN102's log of a softmax, whose fix is exact. NAN102 is off by
+# default, so the runs here turn it on.
 LOG_SOFTMAX = "def f(x):\n    return torch.log(torch.softmax(x, -1))\n"
 LOG_SOFTMAX_FIXED = "def f(x):\n    return torch.log_softmax(x, -1)\n"
 
 # Characters str.splitlines() breaks at but Python (and LibCST) do not.
 ODD = ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.fixture
+def cli(default_cli):
+    """`nanlint check` in tmp_path with NAN102 added to what the arguments select."""
+
+    def run(*args: str):
+        args = list(args)
+        if "--extend-select" in args:
+            at = args.index("--extend-select") + 1
+            args[at] += ",NAN102"
+        else:
+            args[:0] = ["--extend-select", "NAN102"]
+        return default_cli(*args)
+
+    return run
 
 
 def write(path: Path, text: str) -> Path:
@@ -200,7 +218,7 @@ def test_brackets_nested_1500_deep_are_a_syntax_error_not_a_crash(tmp_path, open
     write(tmp_path / "deep.py", "import torch\nx = " + opening * 1500 + "1" + closing * 1500 + "\n")
     write(tmp_path / "good.py", "import torch\n" + LOG_SOFTMAX)
     # A subprocess: LibCST's parser overflowing its stack kills the process (SIGSEGV).
-    proc = subprocess.run([sys.executable, "-m", "nanlint", "deep.py", "good.py"],
+    proc = subprocess.run([sys.executable, "-m", "nanlint", "--extend-select", "NAN102", "deep.py", "good.py"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "deep.py:2:" in proc.stdout and "NAN001 SyntaxError: too many nested parentheses" in proc.stdout
