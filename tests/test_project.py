@@ -111,6 +111,20 @@ def test_a_package_module_does_not_see_its_folder_as_top_level(tmp_path):
     assert deps(ProjectIndex(), root, "pkg/a.py") == []
 
 
+def test_a_script_inside_a_package_sees_its_own_folder_first(tmp_path):
+    # `python pkg/run.py` puts pkg/ on sys.path: the script's bare `import modeling` is its
+    # sibling (a module of the package without the `__main__` block is not a script).
+    root = make(tmp_path, {
+        "pyproject.toml": "",
+        "pkg/__init__.py": "",
+        "pkg/modeling.py": "",
+        "pkg/run.py": "from modeling import Net\n\nif __name__ == '__main__':\n    Net()\n",
+        "pkg/lib.py": "from modeling import Net\n",
+    })
+    assert deps(ProjectIndex(), root, "pkg/run.py") == ["pkg/modeling.py"]
+    assert deps(ProjectIndex(), root, "pkg/lib.py") == []
+
+
 def test_files_outside_the_project_are_not_dependencies(tmp_path):
     make(tmp_path, {"shared.py": ""})
     root = make(tmp_path / "proj", {"pyproject.toml": "", "main.py": "from .. import shared\nimport shared\n"})
