@@ -452,8 +452,11 @@ float16; `masked_fill` itself is not autocast), or such a matmul output in a pro
 trains in float16: `precision = "fp16"` in the config, or, with the default
 `precision = "auto"`, a line elsewhere in the project that makes the model `.half()` or
 trains it under mixed precision (a `GradScaler`, CUDA autocast, a `--fp16` option), which
-the message cites: the attention module rarely shows that the trainer makes it half. In
-float32 and bfloat16 code -1e9 is harmless and not reported. The subscript form
+the message cites: the attention module rarely shows that the trainer makes it half. Such a
+line counts where it runs with the module: some file of the project imports both (a
+sub-project of a monorepo whose own script runs the module in float32 is not made float16
+by another sub-project's trainer). In float32 and bfloat16 code -1e9 is harmless and not
+reported. The subscript form
 (`scores[:, :, pad_idx] = -1e9`) is reported on the same evidence (it has no probe for
 `nanlint verify`, which runs expressions, not assignments); `torch.tensor(-1e9)` is not
 reported yet.
