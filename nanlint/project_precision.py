@@ -189,45 +189,25 @@ class _ProjectSigns:
         self.files = files  # absolute paths, in path order
         self.signs = signs  # (file, what it shows), in path order
         self._own = {file: precision for file, precision in reversed(signs)}
-        self._graph: Optional[Tuple[Dict[str, List[str]], Dict[str, int], Set[str]]] = None
-        self._answers: Dict[str, Optional[TrainingPrecision]] = {}
+        # Per searched file: the first sign one of its importers (direct or not, itself
+        # included) leads to, and whether one of them is a script other than the file.
+        self._reached: Optional[Dict[str, Tuple[Optional[int], bool]]] = None
 
     def for_file(self, key: str) -> Optional[TrainingPrecision]:
         if key in self._own:
             return self._own[key]
-        if key not in self._answers:
-            self._answers[key] = self._answer(key)
-        return self._answers[key]
-
-    def _answer(self, key: str) -> Optional[TrainingPrecision]:
-        if self._graph is None:
-            self._graph = self._build()
-        importers, leads_to, scripts = self._graph
-        if key not in importers:
+        if self._reached is None:
+            self._reached = self._reach()
+        if key not in self._reached:
             return self.signs[0][1]  # not a searched file (a test): the project's first line
-        # Every file that imports this one, directly or not (itself included): the first
-        # sign one of them leads to, and whether one of them is another script.
-        best: Optional[int] = None
-        by_script = False
-        seen = {key}
-        stack = [key]
-        while stack:
-            node = stack.pop()
-            if node in leads_to and (best is None or leads_to[node] < best):
-                best = leads_to[node]
-            by_script = by_script or (node != key and node in scripts)
-            for p in importers[node]:
-                if p not in seen:
-                    seen.add(p)
-                    stack.append(p)
-        if best is not None:
-            return self.signs[best][1]
+        sign, by_script = self._reached[key]
+        if sign is not None:
+            return self.signs[sign][1]
         return None if by_script else self.signs[0][1]
 
-    def _build(self) -> Tuple[Dict[str, List[str]], Dict[str, int], Set[str]]:
-        """The project's import graph upside down (file -> the files that import it), the
-        first sign each file leads to through its imports (index in `signs`; the file's
-        own included), and the files that are scripts (`if __name__ == "__main__"`)."""
+    def _reach(self) -> Dict[str, Tuple[Optional[int], bool]]:
+        """`_reached`, from the project's import graph: one pass down it, importers first,
+        so a large project costs its scan and resolution, not a walk per file."""
         index = ProjectIndex()
         scripts: Set[str] = set()
         for key in self.files:
@@ -246,18 +226,48 @@ class _ProjectSigns:
                 dep_key = str(dep)
                 if dep_key in importers and dep_key != key:
                     importers[dep_key].append(key)
-        # Walk up from each sign, in order; a file met before already leads to an earlier
-        # sign, and so do the files above it.
+        # The first sign each file leads to through its imports: walk up from each sign, in
+        # order; a file met before leads to an earlier sign, and so do the files above it.
         leads_to: Dict[str, int] = {}
         for i, (sign_file, _) in enumerate(self.signs):
             stack = [sign_file]
             while stack:
                 node = stack.pop()
-                if node in leads_to:
-                    continue
-                leads_to[node] = i
-                stack.extend(p for p in importers.get(node, ()) if p not in leads_to)
-        return importers, leads_to, scripts
+                if node not in leads_to:
+                    leads_to[node] = i
+                    stack.extend(p for p in importers[node] if p not in leads_to)
+        # Down the import graph, importers first (its cycles taken whole): what a file's
+        # importers lead to and whether a script is among them.
+        group_of: Dict[str, int] = {}
+        groups = [[str(m) for m in group if str(m) in importers]
+                  for group in reversed(index.dependency_order(Path(k) for k in self.files))]
+        best_in: List[Optional[int]] = []  # per group: the first sign its members or importers reach
+        script_in: List[bool] = []  # per group: a script among its members or importers
+        script_above: List[bool] = []  # per group: a script among its importers outside it
+        for g, members in enumerate(groups):
+            best: Optional[int] = None
+            above = False
+            for member in members:
+                group_of[member] = g
+            for member in members:
+                if member in leads_to and (best is None or leads_to[member] < best):
+                    best = leads_to[member]
+                for importer in importers[member]:
+                    h = group_of.get(importer, g)
+                    if h == g:
+                        continue
+                    if best_in[h] is not None and (best is None or best_in[h] < best):
+                        best = best_in[h]
+                    above = above or script_in[h]
+            best_in.append(best)
+            script_above.append(above)
+            script_in.append(above or any(m in scripts for m in members))
+        reached: Dict[str, Tuple[Optional[int], bool]] = {}
+        for g, members in enumerate(groups):
+            for member in members:
+                others = any(m in scripts and m != member for m in members)
+                reached[member] = (best_in[g], script_above[g] or others)
+        return reached
 
 
 _TYPE_CHECKING = re.compile(rb"^([ \t]*)if[ \t]+(?:typing\.)?TYPE_CHECKING[ \t]*:[ \t]*(?:#[^\n]*)?$")
