@@ -70,13 +70,13 @@ def test_a_file_linted_alone_still_sees_its_project(project, check):
 
 
 def test_precision_fp32_in_the_config_turns_the_search_off(project, check):
-    (project / "pyproject.toml").write_text('[tool.nanlint]\nprecision = "fp32"\n')
+    (project / "pyproject.toml").write_text('[tool.nanlint]\nextend-select = ["NAN203"]\nprecision = "fp32"\n')
     assert check(project, "--no-cache", ".") == []
 
 
 def test_precision_fp16_in_the_config_is_cited_as_the_config(project, check):
     _without_half(project / "train.py")
-    (project / "pyproject.toml").write_text('[tool.nanlint]\nprecision = "fp16"\n')
+    (project / "pyproject.toml").write_text('[tool.nanlint]\nextend-select = ["NAN203"]\nprecision = "fp16"\n')
     found = check(project, "--no-cache", ".")
     assert [row for _, row, _, _ in found] == [18, 30]
     assert all('(`precision = "fp16"` in the config)' in m for *_, m in found)

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
 FIXED = "import torch\n\n\ndef gate(z):\n    return torch.sigmoid(z)\n"
 # NAN101 (safe fix) and NAN111 (unsafe fix: a clamp changes values; off by default, so the
-# tests that use TWO turn it on with ACOS_ON in the project's configuration).
-ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN111"]\n'
+# tests that use TWO turn it on with ACOS_ON in the project's configuration, with NAN203,
+# also off by default, for the half fill of the file-level noqa test).
+ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN111", "NAN203"]\n'
 TWO = (
     "import torch\nimport torch.nn.functional as F\n\n\n"
     "def f(a, b, z):\n"
