@@ -188,7 +188,7 @@ class _ProjectSigns:
     def __init__(self, files: List[str], signs: List[Tuple[str, TrainingPrecision]]):
         self.files = files  # absolute paths, in path order
         self.signs = signs  # (file, what it shows), in path order
-        self._own = {file: precision for file, precision in reversed(signs)}
+        self._own = dict(signs)  # a file shows at most one line (`find_sign`: its first)
         # Per searched file: the first sign one of its importers (direct or not, itself
         # included) leads to, and whether one of them is a script other than the file.
         self._reached: Optional[Dict[str, Tuple[Optional[int], bool]]] = None
