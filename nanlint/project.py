@@ -193,6 +193,10 @@ class ProjectIndex:
             self._scripts.add(key)
         return digest
 
+    def is_script(self, path: Path) -> bool:
+        """Whether the file, as noted, runs as a script (`if __name__ == "__main__"`)."""
+        return self._key(path) in self._scripts
+
     def imports_of(self, path: Path) -> List[ImportRef]:
         return self._imports_of(self._key(path))
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from .config import Settings, relative_display
 from .files import walk
@@ -209,17 +209,15 @@ class _ProjectSigns:
         """`_reached`, from the project's import graph: one pass down it, importers first,
         so a large project costs its scan and resolution, not a walk per file."""
         index = ProjectIndex()
-        scripts: Set[str] = set()
         for key in self.files:
             try:
                 with open(key, "rb") as handle:
                     data = handle.read()
             except OSError:
                 data = b""
-            if b"__main__" in data and b"__name__" in data:
-                scripts.add(key)
             # Resolution only: no summaries, so no content hash is needed.
             index.note_content(Path(key), data, imports=scan_imports(runtime_imports(data)), digest="")
+        scripts = {key for key in self.files if index.is_script(Path(key))}
         importers: Dict[str, List[str]] = {key: [] for key in self.files}
         for key in self.files:
             for dep in index.dependencies(Path(key)):
