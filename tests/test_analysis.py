@@ -69,6 +69,48 @@ def test_a_clamp_in_an_earlier_statement_bounds_exp_in_float32_only():
     assert [(d.code, d.start.row) for d in found] == [("NAN101", 5)]
 
 
+def test_cuda_autocast_runs_exp_in_float32_so_a_float32_bound_holds_there():
+    """CUDA autocast computes `exp` in float32 whatever its input (NUMERICS.md): a bound of
+    50 keeps it finite there; CPU float16 autocast leaves `exp` in float16."""
+    rules = [get_rule("NAN101")]
+    def region(device):
+        return (
+            "import torch\ndef f(exponent):\n"
+            f"    with torch.autocast({device!r}, dtype=torch.float16):\n"
+            "        exponent = torch.clamp(exponent, min=-50, max=50)\n"
+            "        return 1.0 / (1.0 + torch.exp(exponent))\n"
+        )
+    assert lint_source("cuda.py", region("cuda"), rules).diagnostics == []
+    (d,) = lint_source("cpu.py", region("cpu"), rules).diagnostics
+    assert d.start.row == 5 and "float16 autocast on CPU" in d.message
+
+
+def test_a_constructor_setting_no_construction_overrides_is_its_default():
+    """`self.k = k` with `k=10`: the exponent `k * (x - y)` of two sigmoid maps stays in
+    [-10, 10]; a construction in view that passes k=100 is what the class runs with."""
+    source = (
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Step(nn.Module):\n"
+        "    def __init__(self, k=10):\n"
+        "        super().__init__()\n"
+        "        self.k = k\n\n"
+        "    def forward(self, a, b):\n"
+        "        return self._step(torch.sigmoid(a), torch.sigmoid(b))\n\n"
+        "    def _step(self, x, y):\n"
+        "        return torch.reciprocal(1 + torch.exp(-self.k * (x - y)))\n"
+    )
+    bounds = _query_each_call("m.py", source, "torch.exp",
+                              lambda ctx, call: (analysis.value(ctx, call.args[0].value).lo,
+                                                 analysis.value(ctx, call.args[0].value).hi))
+    assert bounds == {14: (-10.0, 10.0)}
+    rules = [get_rule("NAN101")]
+    assert lint_source("m.py", source, rules).diagnostics == []
+    built = source + "\n\nstep = Step(k=100)\n"
+    assert [d.start.row for d in lint_source("m.py", built, rules).diagnostics] == [14]
+    unknown = source + "\n\ndef make(k):\n    return Step(k)\n"
+    assert [d.start.row for d in lint_source("m.py", unknown, rules).diagnostics] == [14]
+
+
 def test_probability_through_a_model_cites_where_it_came_from_and_probes_a_simplex():
     source = SOURCE + "\n\ndef loss(x):\n    model = Policy(3)\n    return torch.log(model(x)).sum()\n"
     (d,) = [d for d in lint_source("m.py", source, [get_rule("NAN201")]).diagnostics]
@@ -233,12 +275,14 @@ def test_self_method_and_init_default_reach_the_probe():
     for name, head in (("x", "binarize"), ("y", "thresh")):
         assert (inputs[name].kind, inputs[name].domain) == ("probability", (0.0, 1.0))
         assert f"`self.{head}` output" in inputs[name].evidence and f"passed as `{name}`" in inputs[name].evidence
-    # Built elsewhere in the file with k=100: the calls' value, not the default (with k=10 the
+    # Built in the file with k=100: the calls' value, not the default (with k=10 the
     # exponent stays within [-10, 10], finite even in float16: not reported).
-    built = source + "\n\nhead = TextDetectionHead(32, k=100)\n"
+    built_here = "TextDetectionHead(in_channels)"
+    assert built_here in source
+    built = source.replace(built_here, "TextDetectionHead(in_channels, k=100)")
     (d,) = [d for d in lint_source(path, built, all_rules()).diagnostics if d.code == "NAN101"]
     assert {i.name: i.value for i in d.probe.inputs}["self.k"] == 100.0
-    small = source + "\n\nhead = TextDetectionHead(32, k=10)\n"
+    small = source.replace(built_here, "TextDetectionHead(in_channels, k=10)")
     assert [d for d in lint_source(path, small, all_rules()).diagnostics if d.code == "NAN101"] == []
 
 

@@ -218,28 +218,48 @@ FLOAT32_EXP_LIMIT = 88.0
 
 def exp_cannot_overflow(ctx: FileContext, exponent: cst.BaseExpression) -> bool:
     """`exp(exponent)` stays finite here: the flow bounds the exponent (a branch condition,
-    a clamp, `t[t > 20] = 20`) below the overflow edge of the dtype the code runs in
-    (float16 where the file shows half precision, else float32)."""
+    a clamp, `t[t > 20] = 20`, a constructor's default `k`) below the overflow edge of the
+    dtype `exp` runs in (float16 where `_exp_in_float16` says why, else float32)."""
     v = value(ctx, exponent)
     if v.hi == float("inf"):
         return False
-    half = v.dtype == "float16" or (ctx.precision is not None and ctx.precision.half_context() == "float16")
+    half = _exp_in_float16(ctx, exponent, v) is not None
     return v.hi <= (FLOAT16_EXP_LIMIT if half else FLOAT32_EXP_LIMIT)
 
 
 def exp_bounded_for_float32_only(ctx: FileContext, exponent: cst.BaseExpression) -> Optional[str]:
     """Why `exp(exponent)` overflows although the flow bounds the exponent: the bound holds
-    for float32 but the code runs in float16 (a sentence for a message), else None."""
+    for float32 but `exp` runs in float16 here (a sentence for a message), else None."""
     v = value(ctx, exponent)
     if not FLOAT16_EXP_LIMIT < v.hi <= FLOAT32_EXP_LIMIT:
         return None
-    if v.dtype == "float16":
-        why = "the tensor is float16"
-    elif ctx.precision is not None and ctx.precision.in_autocast is None and ctx.precision.configured_everywhere:
-        why = f"the project runs in float16: {ctx.precision.configured_reason}"
-    else:
-        why = "the code runs in float16"
+    why = _exp_in_float16(ctx, exponent, v)
+    if why is None:
+        return None
     return f"the exponent is bounded by {v.hi:g}, finite in float32 but past float16's 11.09 ({why})"
+
+
+def _exp_in_float16(ctx: FileContext, exponent: cst.BaseExpression, v: Value) -> Optional[str]:
+    """Why `exp(exponent)` is computed in float16 here, or None. CUDA autocast runs `exp` in
+    float32 whatever its input's dtype (NUMERICS.md), so a float16 autocast region counts
+    only on CPU; a tensor that is float16 itself (`.half()`, a module made half) counts
+    outside autocast."""
+    from .dtypes import float16_reason
+
+    if v.dtype == "float16":
+        return "the tensor is float16"
+    precision = ctx.precision
+    if precision is None:
+        return None
+    region = precision.in_autocast
+    if region is not None and region.effective_dtype == "float16":
+        return "it runs under float16 autocast on CPU" if region.device == "cpu" else None
+    reason = float16_reason(ctx, exponent, autocast_fp32_op=True)
+    if reason is not None:
+        return reason
+    if precision.configured_everywhere == "float16":
+        return f"the project runs in float16: {precision.configured_reason}"
+    return None
 
 
 def nonempty(ctx: FileContext, expr: cst.BaseExpression) -> bool:

@@ -42,6 +42,10 @@ where no caller outside the file is plausible. So a call-site join is used two w
   `forward` of a public class there) external callers may pass
   anything, and the entry is the join of the unknown value with the calls' values: it keeps
   what raises hazards (a reason for exact 0, float16, trainable) and drops every bound.
+- One exception: a constructor's numeric setting (`def __init__(self, k=50)`) is what the
+  file's constructions pass, the default where they leave it out, and the default where the
+  file shows none (a model built from a config or in another file): a hyperparameter's
+  default is its normal use, and no caller in view says otherwise.
 Probes (`FileAnalysis(ctx, probing=True)`) trust the file's calls wherever the index sees them
 all (inputs the code produces), and a parameter the file never passes takes its default
 (`k=50`): that is the value the code runs with.
@@ -58,7 +62,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 import libcst as cst
 
 from ..context import strip_parens
-from ..ops import split_args
+from ..ops import number_value, split_args
 from .values import TOP, Evidence, Value, join
 
 # More candidate calls than this: no facts (the join would cost more than it tells).
@@ -370,6 +374,7 @@ class CallSites:
         if params is None:
             return None
         probing = fa.probing
+        settings: Dict[str, Value] = {}
         if cls is not None and name == "forward":
             found_fwd = self._forward_calls(fn, cls, params)
             if found_fwd is None:
@@ -383,7 +388,9 @@ class CallSites:
             if found is None:
                 return None
             sites, resolved_all, via_self_only = found
-            if not sites and not probing:
+            if cls is not None and name == "__init__":
+                settings = self._settings(params)
+            if not sites and not probing and not settings:
                 return None
             bound = [self._bind(site, params) for site in sites]
         # Probes trust the file's calls where the index sees them all (a function passed as
@@ -403,7 +410,12 @@ class CallSites:
         out: Dict[str, Value] = {}
         for pname, v in joined.items():
             before = plain.get(pname, TOP)
-            if v is None or replace(v, evidence=()) == TOP:
+            if pname in settings:
+                # What the file's constructions pass (the default where they leave it out),
+                # else the default: the setting the class runs with. A construction from a
+                # config or in another file is not seen; the default is its normal use.
+                v = v if bound and v is not None else settings[pname]
+            elif v is None or replace(v, evidence=()) == TOP:
                 v = before  # the calls tell nothing: what the parameter is without them
             elif not trusted:
                 v = join(before, v) or TOP
@@ -807,6 +819,12 @@ class CallSites:
             if p.name.value not in out and p.default is not None:
                 out[p.name.value] = self._default(p)
         return out
+
+    def _settings(self, params: List[cst.Param]) -> Dict[str, Value]:
+        """A constructor's numeric settings (`k=50`, `eps=1e-6`), by parameter: what an
+        instance runs with unless a construction passes another value."""
+        return {p.name.value: self._default(p) for p in params
+                if p.default is not None and number_value(p.default) is not None}
 
     def _default(self, p: cst.Param) -> Value:
         fa = self.fa

@@ -82,10 +82,14 @@ every `a`. The fix is offered where the numerator is `exp(a)` alone; where it is
 (`grad * k * exp(a) / (...)`) the finding comes without one.
 
 The DBNet differentiable binarization step `torch.reciprocal(1 + torch.exp(-k * (x - y)))`
-with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32 and yields NaN
-gradients as soon as it runs in float16. `nanlint verify` confirms it with those inputs where
-the file shows them (`fixtures/NAN101_dbnet_head.py`: x and y are the sigmoid maps `forward`
-passes to the step function, `self.k` the default `k=50` of `__init__`).
+with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32, and not reported
+there, and yields NaN gradients as soon as `exp` runs in float16 (a head made `.half()`).
+The analysis reads `k` as the constructor's default where no construction in view passes
+another value, and `x`, `y` as the sigmoid maps `forward` passes to the step function.
+`nanlint verify` confirms the float16 failure with those inputs
+(`fixtures/NAN101_dbnet_head.py`). CUDA autocast computes `exp` in float32 whatever its
+input, so a bound below 88.7 holds inside a float16 autocast region on CUDA; on CPU, float16
+autocast leaves `exp` in float16.
 
 An exponent the flow bounds is not reported: `exponent = torch.clamp(exponent, -50, 50)` in
 an earlier statement keeps `exp` finite in float32 (exp(50) = 5.2e21); where the code runs
