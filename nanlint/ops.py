@@ -51,6 +51,7 @@ _register("amax", "torch.amax")
 _register("relu", "torch.relu", "torch.nn.functional.relu")
 _register("clamp", "torch.clamp", "torch.clip")
 _register("clamp_min", "torch.clamp_min")
+_register("clamp_max", "torch.clamp_max")
 _register("sqrt", "torch.sqrt")
 _register("abs", "torch.abs", "torch.absolute")
 _register("square", "torch.square")
@@ -122,6 +123,7 @@ _METHOD_OPS: Dict[str, Tuple[str, Tuple[int, ...]]] = {
     "clamp": ("clamp", (0, 1, 2)),
     "clip": ("clamp", (0, 1, 2)),
     "clamp_min": ("clamp_min", (1,)),
+    "clamp_max": ("clamp_max", (1,)),
     "sqrt": ("sqrt", (0,)),
     "abs": ("abs", (0,)),
     "square": ("square", (0,)),

@@ -33,14 +33,14 @@ from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput
 from .flow import Env, FileAnalysis
 from . import imports, sampled_actions, summaries, transfer
-from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join
+from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join, stored_as
 from .batches import single_sample_batch
 
 __all__ = [
     "Evidence", "Value", "FileAnalysis", "ModuleSummary", "FunctionSummary", "ClassSummary",
     "file_analysis", "value", "cite", "zero_reason", "excludes_zero", "half_evidence",
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
-    "single_sample_batch", "has_many",
+    "single_sample_batch", "has_many", "rounds_to_one",
 ]
 
 
@@ -142,6 +142,33 @@ def inside_zero_one(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]
     if not (0.0 < v.lo and v.hi < 1.0):
         return None
     return cite(ctx, v) or f"in [{v.lo:g}, {v.hi:g}]"
+
+
+# A file that says these may compute in float64, where `1 - 1e-8` keeps its value.
+_MAY_BE_FLOAT64 = re.compile(r"float64|\.double\(|torch\.double|set_default_dtype|set_default_tensor_type")
+
+
+def rounds_to_one(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """Why `expr`, kept below 1 in real arithmetic (`p.clamp(eps, 1 - eps)`,
+    `eps + (1 - 2 * eps) * p`), is 1.0 as the tensor stores it: its bound rounds to 1 in the
+    dtype it runs in (float32 unless it is float16, or the file may compute in float64). A
+    sentence for a message, or None."""
+    v = value(ctx, expr)
+    if not 0.5 < v.hi < 1.0:
+        return None
+    from .dtypes import float16_reason
+
+    if float16_reason(ctx, expr) is not None:
+        dtype = "float16"
+    elif v.dtype == "bfloat16":
+        dtype = "bfloat16"
+    elif _MAY_BE_FLOAT64.search(ctx.source):
+        return None
+    else:
+        dtype = "float32"
+    if stored_as(v.hi, dtype) != 1.0:
+        return None
+    return f"its upper bound 1 - {1.0 - v.hi:.2g} rounds to 1.0 in {dtype}"
 
 
 def uniform_sample(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:

@@ -51,7 +51,7 @@ _CMP = {
     cst.LessThanEqual: "<=", cst.Equal: "==", cst.NotEqual: "!=",
 }
 _IN_PLACE = {
-    "clamp_": "clamp", "clip_": "clamp", "clamp_min_": "clamp_min", "add_": "add",
+    "clamp_": "clamp", "clip_": "clamp", "clamp_min_": "clamp_min", "clamp_max_": "clamp_max", "add_": "add",
     "mul_": "mul", "div_": "div", "sub_": "sub", "exp_": "exp", "relu_": "relu",
     "sigmoid_": "sigmoid", "abs_": "abs", "sqrt_": "sqrt", "pow_": "pow", "log_": "log",
     "softmax_": "softmax", "neg_": "neg",

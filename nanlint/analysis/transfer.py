@@ -196,6 +196,11 @@ def clamp(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
                    evidence=(a.evidence + (_ev(line, "clamp"),))[-4:])
 
 
+def clamp_max(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
+    high = _arg(args, 1, kw, "max")
+    return clamp(args[:1], {"max": high} if high is not None else {}, codes, line)
+
+
 def abs_(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     a = args[0] if args else TOP
     lo = 0.0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
@@ -363,7 +368,7 @@ OPS: Dict[str, Transfer] = {
     "expm1": lambda a, k, c, l: replace(exp(a, k, c, l), lo=-1.0, nonzero=False),
     "sigmoid": sigmoid, "softmax": softmax, "log_softmax": lambda a, k, c, l: Value(hi=0.0),
     "logsigmoid": lambda a, k, c, l: Value(hi=0.0), "softplus": softplus,
-    "relu": relu, "clamp": clamp, "clamp_min": clamp, "abs": abs_, "square": square,
+    "relu": relu, "clamp": clamp, "clamp_min": clamp, "clamp_max": clamp_max, "abs": abs_, "square": square,
     "sqrt": sqrt, "rsqrt": lambda a, k, c, l: Value(lo=0.0, nonzero=True),
     "reciprocal": lambda a, k, c, l: div([interval(1.0, 1.0), a[0] if a else TOP], {}, {}, l),
     "sum": reduce_sum, "mean": reduce_mean, "max": reduce_max, "amax": reduce_max,

@@ -13,6 +13,7 @@ Two facts about zero are kept apart on purpose:
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field, replace
 from typing import Optional, Tuple
 
@@ -120,6 +121,24 @@ CONSTANT = Evidence(0, "a constant")
 # float32 element (`torch.rand`, `rand_like`, `uniform_()`).
 RAND_ZERO = "torch.rand (can return 0)"
 UNIFORM_ZERO = "uniform_ from 0"
+
+
+def stored_as(x: float, dtype: Optional[str]) -> float:
+    """`x` as a tensor of `dtype` holds it (float32 where None), rounded to nearest: a Python
+    number meets a tensor in the tensor's dtype, so `1 - 1e-8` is 1.0 next to a float32 one."""
+    if math.isinf(x) or math.isnan(x) or dtype == "float64":
+        return x
+    try:
+        if dtype == "float16":
+            return struct.unpack("e", struct.pack("e", x))[0]
+        single = struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.copysign(INF, x)
+    if dtype != "bfloat16":
+        return single
+    bits = struct.unpack("I", struct.pack("f", single))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # to nearest, ties to even
+    return struct.unpack("f", struct.pack("I", bits))[0]
 
 
 def unknown(v: Value) -> bool:

@@ -140,6 +140,7 @@ class HandBCE:
     logs: Tuple[cst.BaseExpression, cst.BaseExpression]
     guarded_p: bool  # log(p) cannot see 0
     guarded_q: bool  # log(1 - p) cannot see 0
+    absorbed: Optional[str] = None  # why a bound below 1 on p does not keep 1 - p off 0
 
 
 def _term(ctx: FileContext, sign: int, node) -> List[Tuple[int, cst.BaseExpression, cst.BaseExpression]]:
@@ -195,6 +196,8 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     continue
                 # The flow's interval of p: `0.99 * sigmoid(z) + 0.005` lies in [0.005, 0.995].
                 bounds = analysis.value(ctx, p)
+                # `p.clamp(1e-8, 1 - 1e-8)`: the bound is 1.0 in float32, p still reaches 1.
+                absorbed = analysis.rounds_to_one(ctx, p) if not guard_q else None
                 return HandBCE(
                     core=node,
                     p=p,
@@ -202,7 +205,8 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     sign=s1,
                     logs=(log_p, log_q),
                     guarded_p=guard_p or bounds.lo > 0 or is_guarded(ctx, p),
-                    guarded_q=guard_q or bounds.hi < 1 or _upper_guarded(ctx, p),
+                    guarded_q=guard_q or ((bounds.hi < 1 or _upper_guarded(ctx, p)) and absorbed is None),
+                    absorbed=absorbed,
                 )
     return None
 
@@ -432,6 +436,20 @@ pattern is left to this rule (NAN201 does not report it again).
         sigmoid = _sigmoid_input(ctx, match.p)
         original = ctx.canonical(node)
         domains = _probe_domains(match.y, match.p)
+        if match.absorbed is not None:
+            ctx.report(
+                self,
+                node,
+                message=(
+                    f"Binary cross-entropy written by hand: p is kept below 1, but {match.absorbed}, "
+                    "so a saturated p is exactly 1, log(1 - p) is -inf and the loss and its "
+                    "gradient are inf/NaN; keep p below 1 with a bound the dtype can hold "
+                    "(`1 - torch.finfo(p.dtype).eps`), or compute the loss from logits with "
+                    "`F.binary_cross_entropy_with_logits`"
+                ),
+                probe=self._clamp_probe(ctx, node, match, domains),
+            )
+            return
         if sigmoid is None:
             ctx.report(
                 self,
