@@ -2,37 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import libcst as cst
 
 from .. import analysis
 from ..context import FileContext, node_code, strip_parens
 from ..diagnostics import ProbeInput
-from ..ranges import positive_constant
 from .base import Rule
-
-
-def _guarded_probability(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    """The probability `node` keeps below 1: `p.clamp(eps, 1 - eps)`, `torch.clamp(p, max=..)`,
-    `p.clamp_max(..)`, or the soft clip `eps + (1 - 2 * eps) * p` (either order); else None."""
-    op = ctx.op(node)
-    if op is None or not op.args:
-        return None
-    if op.name == "clamp" and op.arg(2, "max") is not None:
-        return op.args[0]
-    if op.name == "clamp_max" and len(op.args) == 2:
-        return op.args[0]
-    if op.name == "add" and len(op.args) == 2 and not op.kwargs:
-        for shift, scaled in ((op.args[0], op.args[1]), (op.args[1], op.args[0])):
-            inner = ctx.op(scaled)
-            if positive_constant(ctx, shift) is None or inner is None or inner.name != "mul" or len(inner.args) != 2:
-                continue
-            for factor, p in ((inner.args[0], inner.args[1]), (inner.args[1], inner.args[0])):
-                v = analysis.value(ctx, factor)
-                if v.lo == v.hi and 0.5 < v.lo < 1.0:
-                    return p
-    return None
 
 
 class AbsorbedEpsilon(Rule):
@@ -104,7 +79,7 @@ torch 2.13 CPU, float32, logit 20 (sigmoid is exactly 1.0 there):
     )
 
     def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
-        p = _guarded_probability(ctx, node)
+        p = analysis.upper_guard(ctx, node)
         if p is None or not analysis.value(ctx, p).prob:
             return
         why = analysis.rounds_to_one(ctx, node)
