@@ -120,6 +120,35 @@ def test_mixed_precision_keeps_exp_in_float32_a_half_model_does_not(tmp_path, ch
     assert [code for _, _, code, _ in found] == (["NAN101"] if reported else [])
 
 
+RANKING = """import torch
+
+
+def bpr(hidden, index_map, pos_emb, neg_emb):
+    out = torch.bmm(index_map, hidden)
+    pos = torch.sum(out * pos_emb, dim=-1)
+    neg = torch.sum(out * neg_emb, dim=-1)
+    return -torch.log(1e-14 + torch.sigmoid(pos - neg)).mean()
+
+
+def full_sort(hidden, items):
+    scores = hidden @ items.T
+    return -torch.log(1e-14 + torch.sigmoid(scores)).mean()
+"""
+
+
+def test_a_projects_mixed_precision_reads_sums_as_float32(tmp_path, check):
+    """A trainer's GradScaler means autocast: a `torch.sum` of matmul outputs is float32
+    there, so its epsilon survives; a matmul's own scores stay float16."""
+    (tmp_path / "setup.cfg").write_text("")
+    (tmp_path / "train.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    (tmp_path / "ranking.py").write_text(RANKING)
+    found = check(tmp_path, "--no-cache", "ranking.py")
+    assert [(row, code) for _, row, code, _ in found] == [(13, "NAN202")]
+    (tmp_path / "train.py").write_text("import torch\nmodel = model.half()\n")
+    found = check(tmp_path, "--no-cache", "ranking.py")
+    assert [(row, code) for _, row, code, _ in found] == [(8, "NAN202"), (13, "NAN202")]
+
+
 def test_the_cache_relints_a_model_file_when_the_trainer_starts_using_half(project, check, tmp_path):
     cache = ["--cache-dir", str(tmp_path / "cache")]
     original = (project / "train.py").read_text()

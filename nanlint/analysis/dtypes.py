@@ -149,7 +149,11 @@ def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_o
     lowp = False
     function = ctx.enclosing_function()
     function_code = node_code(function) if function is not None else ""
-    for source in _dtype_sources(ctx, tensor, region is not None):
+    # Mixed precision in the project (a GradScaler, autocast in the trainer) is autocast
+    # where this code runs: `sum`, `softmax`, `norm`... return float32 there too.
+    mixed = region is not None or (ctx.precision.configured == "float16"
+                                   and ctx.precision.configured_everywhere is None)
+    for source in _dtype_sources(ctx, tensor, mixed):
         if region is not None and region.effective_dtype == "float16" and _lowp_output(ctx, source, 1):
             # Autocast computes a matmul in float16 whatever its inputs (casts below it
             # do not matter); a cast above it was met first.
