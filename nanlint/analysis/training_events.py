@@ -254,9 +254,9 @@ class TrainingEvents:
     def _event(self, call, order, path, entries, stmt, small, region) -> Optional[Event]:
         func = call.func
         split = split_args(call.args)
-        if split is None:
-            return None
-        positional, keywords = split
+        # `clip_grad_norm_(params, **cfg)` is still a clip, of a limit out of view; other
+        # calls whose arguments cannot be read are not classified (below).
+        positional, keywords = split if split is not None else ([], {})
         make = lambda kind, **kw: Event(kind, call, order, path, entries, stmt, small, **kw)  # noqa: E731
         full = self.ctx.qualname(func)
         if full is not None and full.startswith("torch."):
@@ -281,7 +281,7 @@ class TrainingEvents:
                     clip_form="function",
                 )
             return None
-        if not isinstance(func, cst.Attribute):
+        if not isinstance(func, cst.Attribute) or split is None:
             return None
         method = func.attr.value
         receiver = func.value
