@@ -166,9 +166,9 @@ def upper_guard(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.Base
         return op.args[0] if exact(op.args[1]) else None
     if op.name == "add" and len(op.args) == 2 and not op.kwargs:
         for shift, scaled in ((op.args[0], op.args[1]), (op.args[1], op.args[0])):
-            inner = ctx.op(scaled)
-            if not exact(shift) or value(ctx, shift).lo <= 0 or inner is None or inner.name != "mul" \
-                    or len(inner.args) != 2:
+            inner = ctx.op(scaled)  # the syntax first: most additions are no soft clip
+            if inner is None or inner.name != "mul" or len(inner.args) != 2 \
+                    or not exact(shift) or value(ctx, shift).lo <= 0:
                 continue
             for factor, p in ((inner.args[0], inner.args[1]), (inner.args[1], inner.args[0])):
                 v = value(ctx, factor)
