@@ -81,6 +81,8 @@ def test_cuda_autocast_runs_exp_in_float32_so_a_float32_bound_holds_there():
             "        return 1.0 / (1.0 + torch.exp(exponent))\n"
         )
     assert lint_source("cuda.py", region("cuda"), rules).diagnostics == []
+    # A float16 tensor too: autocast casts `exp`'s input to float32 on CUDA.
+    assert lint_source("cuda.py", region("cuda").replace("clamp(exponent,", "clamp(exponent.half(),"), rules).diagnostics == []
     (d,) = lint_source("cpu.py", region("cpu"), rules).diagnostics
     assert d.start.row == 5 and "float16 autocast on CPU" in d.message
 

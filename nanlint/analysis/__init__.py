@@ -304,14 +304,15 @@ def _exp_in_float16(ctx: FileContext, exponent: cst.BaseExpression, v: Value) ->
     outside autocast."""
     from .dtypes import float16_reason
 
+    precision = ctx.precision
+    region = precision.in_autocast if precision is not None else None
+    if region is not None and region.effective_dtype == "float16":
+        # Autocast upcasts `exp`'s input on CUDA, a float16 tensor included.
+        return "it runs under float16 autocast on CPU" if region.device == "cpu" else None
     if v.dtype == "float16":
         return "the tensor is float16"
-    precision = ctx.precision
     if precision is None:
         return None
-    region = precision.in_autocast
-    if region is not None and region.effective_dtype == "float16":
-        return "it runs under float16 autocast on CPU" if region.device == "cpu" else None
     reason = float16_reason(ctx, exponent, autocast_fp32_op=True)
     if reason is not None:
         return reason
