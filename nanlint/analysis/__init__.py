@@ -40,7 +40,7 @@ __all__ = [
     "Evidence", "Value", "FileAnalysis", "ModuleSummary", "FunctionSummary", "ClassSummary",
     "file_analysis", "value", "cite", "zero_reason", "excludes_zero", "half_evidence",
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
-    "single_sample_batch", "has_many", "rounds_to_one", "upper_guard",
+    "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
 ]
 
 
@@ -148,41 +148,51 @@ def inside_zero_one(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]
 _MAY_BE_FLOAT64 = re.compile(r"float64|\.double\(|torch\.double|set_default_dtype|set_default_tensor_type")
 
 
-def upper_guard(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
-    """The value `expr` keeps below 1 with constant bounds, or None: `p.clamp(eps, 1 - eps)`,
+class UpperGuard(NamedTuple):
+    guarded: cst.BaseExpression  # the value kept below 1
+    bound: cst.BaseExpression  # the clamp's `max`, or the soft clip's factor `1 - 2 * eps`
+    clamp: bool  # a clamp (not a soft clip)
+
+
+def upper_guard(ctx: FileContext, expr: cst.BaseExpression) -> Optional[UpperGuard]:
+    """How `expr` keeps a value below 1, or None: `p.clamp(eps, 1 - eps)`,
     `torch.clamp(p, max=c)`, `p.clamp_max(c)` or the soft clip `eps + (1 - 2 * eps) * p`
-    (either order), written here or assigned to the name `expr`. The bound must be one
-    number: `1 - torch.finfo(p.dtype).eps` is the dtype's own and never rounds to 1."""
+    (either order, with constant eps), written here or assigned to the name `expr`."""
     node, _ = ctx.resolve(strip_parens(expr), None)
     op = ctx.op(strip_parens(node))
     if op is None or not op.args:
         return None
-    def exact(e: cst.BaseExpression) -> bool:
-        v = value(ctx, e)
-        return v.lo == v.hi
     if op.name == "clamp" and op.arg(2, "max") is not None:
-        return op.args[0] if exact(op.arg(2, "max")) else None
+        return UpperGuard(op.args[0], op.arg(2, "max"), True)
     if op.name == "clamp_max" and len(op.args) == 2:
-        return op.args[0] if exact(op.args[1]) else None
+        return UpperGuard(op.args[0], op.args[1], True)
     if op.name == "add" and len(op.args) == 2 and not op.kwargs:
         for shift, scaled in ((op.args[0], op.args[1]), (op.args[1], op.args[0])):
             inner = ctx.op(scaled)  # the syntax first: most additions are no soft clip
-            if inner is None or inner.name != "mul" or len(inner.args) != 2 \
-                    or not exact(shift) or value(ctx, shift).lo <= 0:
+            if inner is None or inner.name != "mul" or len(inner.args) != 2:
+                continue
+            v = value(ctx, shift)
+            if v.lo != v.hi or v.lo <= 0:
                 continue
             for factor, p in ((inner.args[0], inner.args[1]), (inner.args[1], inner.args[0])):
                 v = value(ctx, factor)
                 if v.lo == v.hi and 0.5 < v.lo < 1.0:
-                    return p
+                    return UpperGuard(p, factor, False)
     return None
 
 
-def rounds_to_one(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
-    """Why `expr`, kept below 1 in real arithmetic by a guard with a constant bound
-    (`upper_guard`), is 1.0 as the tensor stores it: the bound rounds to 1 in the dtype the
-    value has (float32 unless it is float16 or bfloat16; nothing where the file may compute
-    in float64). A sentence for a message, or None."""
-    if upper_guard(ctx, expr) is None:
+def rounds_to_one(ctx: FileContext, expr: cst.BaseExpression,
+                  guard: Optional[UpperGuard] = None) -> Optional[str]:
+    """Why `expr`, kept below 1 in real arithmetic by a guard (`upper_guard`, found again
+    unless given) whose bound is one number, is 1.0 as the tensor stores it: the bound rounds
+    to 1 in the dtype the value has (float32 unless it is float16 or bfloat16; nothing where
+    the file may compute in float64). `1 - torch.finfo(p.dtype).eps` is no one number: it is
+    the dtype's own, and never rounds to 1. A sentence for a message, or None."""
+    guard = guard or upper_guard(ctx, expr)
+    if guard is None:
+        return None
+    bound = value(ctx, guard.bound)
+    if bound.lo != bound.hi:
         return None
     v = value(ctx, expr)
     if not 0.5 < v.hi < 1.0:

@@ -79,12 +79,13 @@ torch 2.13 CPU, float32, logit 20 (sigmoid is exactly 1.0 there):
     )
 
     def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
-        p = analysis.upper_guard(ctx, node)
-        if p is None or not analysis.value(ctx, p).prob:
+        guard = analysis.upper_guard(ctx, node)
+        if guard is None or not analysis.value(ctx, guard.guarded).prob:
             return
-        why = analysis.rounds_to_one(ctx, node)
+        why = analysis.rounds_to_one(ctx, node, guard)
         if why is None:
             return
+        p = guard.guarded
         ctx.report(
             self,
             node,

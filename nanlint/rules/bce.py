@@ -110,23 +110,10 @@ def _below_one(ctx: FileContext, node) -> bool:
     return minus is not None and minus[0] == 1 and positive_constant(ctx, minus[1]) is not None
 
 
-def _upper_guarded(ctx: FileContext, p) -> bool:
-    """p is kept below 1: `p.clamp(eps, 1 - eps)`, `torch.clamp(p, max=0.999)`,
-    `p.clamp_max(1 - eps)` (through local variables)."""
-    value, env = ctx.resolve(strip_parens(p), None)
-    value = strip_parens(value)
-    op = ctx.op(value)
-    if op is not None and op.name == "clamp":
-        high = op.arg(2, "max")
-        return high is not None and _below_one(ctx, high)
-    if (
-        isinstance(value, cst.Call)
-        and isinstance(value.func, cst.Attribute)
-        and value.func.attr.value == "clamp_max"
-        and len(value.args) == 1
-    ):
-        return _below_one(ctx, value.args[0].value)
-    return False
+def _upper_guarded(ctx: FileContext, guard: Optional[analysis.UpperGuard]) -> bool:
+    """p is kept below 1 by a clamp (`analysis.upper_guard`): `p.clamp(eps, 1 - eps)`,
+    `torch.clamp(p, max=0.999)`, `p.clamp_max(1 - eps)`, eps of any value."""
+    return guard is not None and guard.clamp and _below_one(ctx, guard.bound)
 
 
 @dataclass
@@ -196,8 +183,9 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     continue
                 # The flow's interval of p: `0.99 * sigmoid(z) + 0.005` lies in [0.005, 0.995].
                 bounds = analysis.value(ctx, p)
+                guard = analysis.upper_guard(ctx, p)
                 # `p.clamp(1e-8, 1 - 1e-8)`: the bound is 1.0 in float32, p still reaches 1.
-                absorbed = analysis.rounds_to_one(ctx, p) if not guard_q else None
+                absorbed = analysis.rounds_to_one(ctx, p, guard) if guard is not None and not guard_q else None
                 return HandBCE(
                     core=node,
                     p=p,
@@ -205,7 +193,7 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     sign=s1,
                     logs=(log_p, log_q),
                     guarded_p=guard_p or bounds.lo > 0 or is_guarded(ctx, p),
-                    guarded_q=guard_q or ((bounds.hi < 1 or _upper_guarded(ctx, p)) and absorbed is None),
+                    guarded_q=guard_q or ((bounds.hi < 1 or _upper_guarded(ctx, guard)) and absorbed is None),
                     absorbed=absorbed,
                 )
     return None
