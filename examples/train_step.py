@@ -4,8 +4,9 @@ It runs (`python examples/train_step.py`: a few steps on random data, CPU), and 
 with small inputs it even trains. It also hides NaN/Inf hazards that appear once the logits
 grow, or once the same code runs in float16 under autocast:
 
-    nanlint examples/train_step.py           # report them
-    nanlint --diff examples/train_step.py    # show the fixes
+    nanlint examples/train_step.py                # report them (the rules on by default)
+    nanlint --diff examples/train_step.py         # show the fixes
+    nanlint --select ALL examples/train_step.py   # every rule, those off by default too
 """
 
 import torch
@@ -40,12 +41,16 @@ def training_step(model, optimizer, x, y, max_norm=1.0):
     loss = -log_probs.gather(1, y[:, None]).mean()
     # The free energy, logged to spot out-of-distribution batches: exp overflows first.
     energy = -torch.log(torch.exp(logits).sum(dim=-1)).mean()
+    # The entropy of the batch's labels, logged to spot skewed batches: a class missing from
+    # the batch has frequency 0, and 0 * log(0) is NaN.
+    label_freq = torch.bincount(y, minlength=logits.shape[-1]) / len(y)
+    label_entropy = -(label_freq * torch.log(label_freq)).sum()
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
     # Clipping after the step: the update already used the unclipped gradient.
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    return loss.detach(), energy.detach()
+    return loss.detach(), energy.detach(), label_entropy
 
 
 def main():
@@ -55,8 +60,9 @@ def main():
     x = torch.randn(64, 16)
     y = torch.randint(0, 4, (64,))
     for step in range(5):
-        loss, energy = training_step(model, optimizer, x, y)
-        print(f"step {step}: loss {loss.item():.4f}, energy {energy.item():.4f}")
+        loss, energy, label_entropy = training_step(model, optimizer, x, y)
+        print(f"step {step}: loss {loss.item():.4f}, energy {energy.item():.4f}, "
+              f"label entropy {label_entropy.item():.4f}")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,18 @@ def pools(monkeypatch):
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counting)
     monkeypatch.setattr(nanlint.jobs, "POOL_MIN_BYTES", 0)
     return started
+
+
+@pytest.fixture
+def sample_rule_on(monkeypatch):
+    """Turn NAN101 on by default, in this process, as a project's `extend-select` would.
+
+    The tests of the command line, the cache, notebooks and the editor use its hazard, a sigmoid
+    written by hand (one expression, an exact fix), as their sample finding. The rule is off by
+    default since its precision was measured on code it was not tuned on (its page); these tests
+    exercise the machinery around the default selection, not the default set, which
+    `test_pages.py` and `nanlint rules` check as it ships. Subprocesses do not see this: they
+    pass `--extend-select NAN101` or write it in their config."""
+    from nanlint.rules.hand_sigmoid import HandWrittenSigmoid
+
+    monkeypatch.setattr(HandWrittenSigmoid, "default_enabled", True)

@@ -21,6 +21,9 @@ from nanlint.output import render
 from nanlint.rules import Rule
 from nanlint.runner import run
 
+# NAN101, off by default, is these tests' sample hazard (see the fixture's docstring).
+pytestmark = pytest.mark.usefixtures("sample_rule_on")
+
 ROOT = Path(__file__).resolve().parent.parent
 HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
 CLEAN = "import torch\n\n\ndef gate(z):\n    return torch.sigmoid(z)\n"

@@ -17,6 +17,9 @@ from nanlint.engine import lint_source
 from nanlint.fixes import SpanMismatch, apply_edits, fix_source
 from nanlint.rules import Rule, all_rules, get_rule
 
+# NAN101, off by default, is these tests' sample hazard (see the fixture's docstring).
+pytestmark = pytest.mark.usefixtures("sample_rule_on")
+
 # This file's sample hazard: NAN102's log of a softmax, whose fix is exact. NAN102 is off by
 # default, so the runs here turn it on.
 LOG_SOFTMAX = "def f(x):\n    return torch.log(torch.softmax(x, -1))\n"

@@ -21,9 +21,12 @@ from nanlint.server.edits import ignore_edit  # noqa: E402
 from nanlint.diagnostics import Diagnostic, Position  # noqa: E402
 
 HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
-# A safe fix (NAN101) and an unsafe one (NAN111: a clamp changes values; off by default,
-# turned on by ACOS_ON in the project's configuration) in one file.
-ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN111"]\n'
+# The sample hazard's rule, NAN101 (a sigmoid written by hand, exact fix), is off by default:
+# each project here turns it on in its configuration, which the server reads.
+SAMPLE_ON = '[tool.nanlint]\nextend-select = ["NAN101"]\n'
+# A safe fix (NAN101) and an unsafe one (NAN111: a clamp changes values; off by default too)
+# in one file.
+ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN101", "NAN111"]\n'
 TWO = (
     "import torch\nimport torch.nn.functional as F\n\n\n"
     "def f(a, b, z):\n"
@@ -128,6 +131,7 @@ def run_session(root: Path, scenario) -> None:
 
 
 def test_diagnostic_quick_fix_and_diagnostic_gone(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(SAMPLE_ON)
     path = tmp_path / "model.py"
     path.write_text(HAZARD, encoding="utf-8")
 
@@ -183,17 +187,17 @@ def test_unsafe_fix_is_labelled_and_not_preferred_ignore_and_fix_all(tmp_path):
 
 
 def test_settings_come_from_the_nearest_pyproject(tmp_path):
-    # The root selects everything by default; legacy/ ignores NAN101 in its own pyproject.toml.
-    (tmp_path / "pyproject.toml").write_text("[tool.nanlint]\n", encoding="utf-8")
+    # The root turns NAN101 on; legacy/ has its own pyproject.toml, which turns on NAN111 only.
+    (tmp_path / "pyproject.toml").write_text(SAMPLE_ON, encoding="utf-8")
     legacy = tmp_path / "legacy"
     legacy.mkdir()
-    (legacy / "pyproject.toml").write_text('[tool.nanlint]\nignore = ["NAN101"]\n', encoding="utf-8")
+    (legacy / "pyproject.toml").write_text('[tool.nanlint]\nextend-select = ["NAN111"]\n', encoding="utf-8")
 
     async def scenario(s: Session) -> None:
-        kept = s.open(tmp_path / "a.py", HAZARD)
+        kept = s.open(tmp_path / "a.py", TWO)
         assert [d.code for d in await s.diagnostics(kept)] == ["NAN101"]
-        quiet = s.open(legacy / "b.py", HAZARD)
-        assert await s.diagnostics(quiet) == []
+        other = s.open(legacy / "b.py", TWO)
+        assert [d.code for d in await s.diagnostics(other)] == ["NAN111"]
 
     run_session(tmp_path, scenario)
 
@@ -226,6 +230,7 @@ def test_server_without_pygls_says_how_to_install(tmp_path):
 def test_positions_are_in_utf16_units(tmp_path):
     # An emoji is one character for nanlint and two UTF-16 units for the client.
     text = 'import torch\n\n\ndef gate(z):\n    s = "😀"; g = 1 / (1 + torch.exp(-z))\n    return g\n'
+    (tmp_path / "pyproject.toml").write_text(SAMPLE_ON)
     path = tmp_path / "emoji.py"
 
     async def scenario(s: Session) -> None:
