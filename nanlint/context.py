@@ -58,6 +58,11 @@ def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
     return node
 
 
+def same_code(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    """`a` and `b` are written the same, parentheses aside."""
+    return node_code(strip_parens(a)) == node_code(strip_parens(b))
+
+
 def is_atom(node: cst.BaseExpression) -> bool:
     """True where `-node` or `node.method()` needs no parentheses."""
     if getattr(node, "lpar", None):

@@ -11,6 +11,8 @@
     repairs.repaired_after(ctx, NEG_INF)   # the -inf/NaN assigned here is tested or replaced next
     training_events.clip_events(ctx)       # each gradient clip with the backward/step events around it
     dtypes.float16_reason(ctx, tensor)     # why this tensor is float16 here (.half(), autocast matmul...)
+    masks.bounds_operand(ctx, cond, x)     # a where condition or patch index keeps x off its singular points
+    guards.zeros_removed(ctx, p)           # p[p > 0], masked_fill, where: no zero reaches the log
 
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
 it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values

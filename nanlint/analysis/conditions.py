@@ -94,4 +94,27 @@ def guarded_by_condition(ctx: FileContext, names: Set[str]) -> bool:
     return False
 
 
-__all__ = ["names_read", "tests_in_scope", "guarded_by_condition"]
+def runs_before_here(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`node` runs before the node being visited, on the way to it: it sits inside it, or in a
+    statement that comes before the visited one's, in a block enclosing it (possibly inside an
+    `if` there), not in a sibling branch (`if m: s = s.masked_fill(..) ... else: softmax(s)`)."""
+    start, _ = ctx.span(node)
+    here, here_end = ctx.span(ctx.stack[-1])
+    if here <= start < here_end:
+        return True  # inside the visited node itself
+    if not start < here:
+        return False
+    for block in reversed(ctx.stack):
+        body = getattr(block, "body", None)
+        if not isinstance(body, (list, tuple)):
+            continue
+        for stmt in body:
+            s_start, s_end = ctx.span(stmt)
+            if s_start <= start and start < s_end:
+                # The deepest block on the path holding `node`: the statement holding it
+                # must not itself lie on the path (then `node` is in another branch of it).
+                return not any(stmt is n for n in ctx.stack)
+    return True
+
+
+__all__ = ["names_read", "tests_in_scope", "guarded_by_condition", "runs_before_here"]

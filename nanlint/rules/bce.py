@@ -9,7 +9,7 @@ import libcst as cst
 
 from .. import analysis
 from ..diagnostics import ProbeInput
-from ..context import FileContext, abstract_calls, free_inputs, is_atom, node_code, parenthesize, strip_parens
+from ..context import FileContext, abstract_calls, free_inputs, is_atom, node_code, parenthesize, same_code, strip_parens
 from ..ops import number_value
 from ..ranges import is_guarded, pass_through, positive_constant
 from .base import SAFE, UNSAFE, Rule
@@ -64,10 +64,6 @@ def _flatten(ctx: FileContext, node, sign: int, out: List[Tuple[int, cst.BaseExp
             _flatten(ctx, op.args[0], -sign, out, depth - 1)
             return
     out.append((sign, node))
-
-
-def _same(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
-    return node_code(strip_parens(a)) == node_code(strip_parens(b))
 
 
 def _one_minus(ctx: FileContext, node) -> Optional[Tuple[int, cst.BaseExpression]]:
@@ -165,7 +161,7 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
             p, guard_p = _unguard(ctx, pop.args[0])
             for s2, coef, log_q in q_readings:
                 minus = _one_minus(ctx, coef)
-                if minus is None or not _same(minus[1], y) or s1 != s2 * minus[0]:
+                if minus is None or not same_code(minus[1], y) or s1 != s2 * minus[0]:
                     continue
                 qop = ctx.op(log_q)
                 if qop.name == "log1p":
@@ -179,7 +175,7 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     if one_minus is None or one_minus[0] != 1:
                         continue
                     p2 = one_minus[1]
-                if not _same(p, p2):
+                if not same_code(p, p2):
                     continue
                 # The flow's interval of p: `0.99 * sigmoid(z) + 0.005` lies in [0.005, 0.995].
                 bounds = analysis.value(ctx, p)

@@ -13,17 +13,13 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..analysis import repairs
-from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
+from ..analysis import guards, repairs
+from ..context import FileContext, free_inputs, is_atom, node_code, same_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import can_be_zero, dtype_witness, is_guarded, probability_source
 from .base import SAFE, UNSAFE, Rule
 
 # ---------------------------------------------------------------------- shared matching
-
-
-def _same(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
-    return node_code(strip_parens(a)) == node_code(strip_parens(b))
 
 
 def _unary_arg(ctx: FileContext, node: cst.BaseExpression, name: str) -> Optional[cst.BaseExpression]:
@@ -48,51 +44,9 @@ def _x_log_x(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExp
         return None
     for x, other in ((op.args[0], op.args[1]), (op.args[1], op.args[0])):
         inner = _unary_arg(ctx, other, "log")
-        if inner is not None and _same(inner, x):
+        if inner is not None and same_code(inner, x):
             return strip_parens(x)
     return None
-
-
-def _masked(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    """`p[p > 0]`, `p[mask]` with `mask = p > 0`, `torch.where(...)`: the zeros were removed
-    or replaced before the log (followed through local names)."""
-    for _ in range(6):
-        expr = strip_parens(expr)
-        if isinstance(expr, cst.Name):
-            value = ctx.value_of(expr)
-            if value is expr:
-                return False
-            expr = value
-            continue
-        if isinstance(expr, cst.Subscript):
-            for element in expr.slice:
-                index = element.slice
-                if isinstance(index, cst.Index):
-                    value = strip_parens(index.value)
-                    if isinstance(value, cst.Name):
-                        value = strip_parens(ctx.value_of(value))
-                    if isinstance(value, cst.Comparison) or _is_nonzero_call(ctx, value):
-                        return True
-            expr = expr.value
-            continue
-        if isinstance(expr, cst.Call):
-            full = ctx.qualname(expr.func)
-            if full in ("torch.where", "torch.masked_fill", "torch.nan_to_num"):
-                return True
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in (
-                "masked_fill", "masked_fill_", "nan_to_num", "nan_to_num_",
-            ):
-                return True
-        return False
-    return False
-
-
-def _is_nonzero_call(ctx: FileContext, node: cst.BaseExpression) -> bool:
-    if not isinstance(node, cst.Call):
-        return False
-    if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("nonzero", "bool"):
-        return True
-    return ctx.qualname(node.func) in ("torch.nonzero", "torch.where")
 
 
 def _zero_reason(ctx: FileContext, p: cst.BaseExpression) -> Optional[str]:
@@ -101,7 +55,7 @@ def _zero_reason(ctx: FileContext, p: cst.BaseExpression) -> Optional[str]:
     is guarded or masked."""
     if probability_source(ctx, p) is not None:
         return None
-    if is_guarded(ctx, p) or _masked(ctx, p):
+    if is_guarded(ctx, p) or guards.zeros_removed(ctx, p):
         return None
     return can_be_zero(ctx, p)
 
@@ -297,11 +251,11 @@ def _kl_terms(ctx: FileContext, node: cst.BaseExpression):
             if diff is not None:
                 lp = _unary_arg(ctx, diff.args[0], "log")
                 lq = _unary_arg(ctx, diff.args[1], "log")
-                if lp is not None and lq is not None and _same(lp, p):
+                if lp is not None and lq is not None and same_code(lp, p):
                     return strip_parens(p), strip_parens(lq)
             inner = _unary_arg(ctx, other, "log")
             ratio = _binary(ctx, inner, "div") if inner is not None else None
-            if ratio is not None and _same(ratio.args[0], p):
+            if ratio is not None and same_code(ratio.args[0], p):
                 return strip_parens(p), strip_parens(ratio.args[1])
         return None
     op = _binary(ctx, node, "sub")
@@ -312,7 +266,7 @@ def _kl_terms(ctx: FileContext, node: cst.BaseExpression):
             return None
         for x, other in ((second.args[0], second.args[1]), (second.args[1], second.args[0])):
             lq = _unary_arg(ctx, other, "log")
-            if lq is not None and _same(x, first) and not _same(lq, first):
+            if lq is not None and same_code(x, first) and not same_code(lq, first):
                 return first, strip_parens(lq)
     return None
 
@@ -411,29 +365,6 @@ def _names(node: cst.BaseExpression) -> List[str]:
 # ---------------------------------------------------------------------- NAN115
 
 
-def _clamped_both_sides(ctx: FileContext, p: cst.BaseExpression) -> bool:
-    """p (through local names) is clamped away from 0 and 1, or kept off them: `p.clamp(eps,
-    1 - eps)`, `torch.clamp(p, min=eps, max=1 - eps)`, or `p * (1 - 2 * eps) + eps`."""
-    for _ in range(5):
-        p = strip_parens(p)
-        op = ctx.op(p)
-        if op is not None and op.name == "clamp" and op.args:
-            low, high = op.arg(1, "min"), op.arg(2, "max")
-            if low is not None and high is not None:
-                return True
-            return False
-        if op is not None and op.name == "add" and is_guarded(ctx, p):
-            return True
-        if isinstance(p, cst.Name):
-            value = ctx.value_of(p)
-            if value is p:
-                return False
-            p = value
-            continue
-        return False
-    return False
-
-
 def _logit_operand(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """p where `node` is `log(p / (1 - p))`, `log(p) - log(1 - p)` or `log(p) - log1p(-p)`."""
     inner = _unary_arg(ctx, node, "log")
@@ -454,14 +385,14 @@ def _logit_operand(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.B
         return strip_parens(p)
     q = _unary_arg(ctx, diff.args[1], "log1p")
     neg = _unary_arg(ctx, q, "neg") if q is not None else None
-    if neg is not None and _same(neg, p):
+    if neg is not None and same_code(neg, p):
         return strip_parens(p)
     return None
 
 
 def _is_one_minus(ctx: FileContext, node: cst.BaseExpression, p: cst.BaseExpression) -> bool:
     op = _binary(ctx, node, "sub")
-    return op is not None and number_value(strip_parens(op.args[0])) == 1.0 and _same(op.args[1], p)
+    return op is not None and number_value(strip_parens(op.args[0])) == 1.0 and same_code(op.args[1], p)
 
 
 class LogitByHand(Rule):
@@ -535,7 +466,8 @@ without a fix.
         p = _logit_operand(ctx, node)
         if p is None:
             return
-        if probability_source(ctx, p) is not None or _clamped_both_sides(ctx, p) or _masked(ctx, p):
+        if probability_source(ctx, p) is not None or guards.kept_off_zero_and_one(ctx, p) \
+                or guards.zeros_removed(ctx, p):
             return
         if analysis.inside_zero_one(ctx, p) is not None:
             return  # drawn or mapped strictly inside (0, 1): the logit is finite
@@ -567,9 +499,6 @@ without a fix.
 
 
 # ---------------------------------------------------------------------- NAN119
-
-
-
 
 
 def _negated_log(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExpression]:
@@ -704,7 +633,7 @@ def _logvar_exponent(ctx: FileContext, arg: cst.BaseExpression) -> Optional[Tupl
         return None
     if isinstance(arg, cst.Name):
         name = arg.value
-    elif isinstance(arg, cst.Attribute) and _assigned_here(ctx, arg) is not None:
+    elif isinstance(arg, cst.Attribute) and guards.assigned_earlier(ctx, arg) is not None:
         # `self.logvar` set in this function (diffusers' DiagonalGaussianDistribution); an
         # attribute set elsewhere is often a learned parameter (flows' `self.log_scale`).
         name = arg.attr.value
@@ -713,62 +642,6 @@ def _logvar_exponent(ctx: FileContext, arg: cst.BaseExpression) -> Optional[Tupl
     if not _LOGVAR_NAME.match(name):
         return None
     return arg, factor
-
-
-def _assigned_here(ctx: FileContext, attr: cst.Attribute) -> Optional[cst.BaseExpression]:
-    """The value last assigned to the attribute chain `attr` (`self.logvar = ...`) by a
-    top-level statement of the enclosing function before the current one, else None."""
-    chain = node_code(attr)
-    function = ctx.enclosing_function()
-    if function is None or not isinstance(function.body, cst.IndentedBlock):
-        return None
-    current = next((n for n in ctx.stack if n in function.body.body), None)
-    found = None
-    for stmt in function.body.body:
-        if stmt is current:
-            break
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if isinstance(small, cst.Assign):
-                for target in small.targets:
-                    if node_code(target.target) == chain:
-                        found = small.value
-    return found
-
-
-def _upper_bound(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[float, bool]]:
-    """(the upper clamp bound of `expr`, whether the clamped value is evidently float16),
-    through local names: the bound is inf when it is not a number or the value is squashed
-    (`torch.tanh`, `sigmoid`); None when nothing bounds it."""
-    for _ in range(5):
-        expr = strip_parens(expr)
-        op = ctx.op(expr)
-        if op is not None and op.name == "clamp" and op.args:
-            high = op.arg(2, "max")
-            if high is None:
-                return None
-            value = number_value(strip_parens(high))
-            half = value is not None and ctx.precision.half_context(op.args[0]) == "float16"
-            return (value if value is not None else float("inf")), half
-        if op is not None and op.name in ("sigmoid", "log_softmax", "logsigmoid"):
-            return float("inf"), False  # bounded above by construction
-        if isinstance(expr, cst.Name):
-            value = ctx.value_of(expr)
-            if value is expr:
-                return None
-            expr = value
-            continue
-        if isinstance(expr, cst.Attribute):
-            value = _assigned_here(ctx, expr)
-            if value is None:
-                return None
-            expr = value
-            continue
-        if isinstance(expr, cst.Call) and ctx.qualname(expr.func) == "torch.tanh":
-            return float("inf"), False
-        return None
-    return None
 
 
 class ExpLogvar(Rule):
@@ -859,7 +732,7 @@ for (a clamp at 20 suits float32, not float16; `softplus` is a different paramet
         if found is None:
             return
         logvar, factor = found
-        found_bound = _upper_bound(ctx, logvar)
+        found_bound = guards.clamp_upper_bound(ctx, logvar)
         limit = _FP16_EXP_LIMIT / factor
         if found_bound is not None:
             bound, half = found_bound

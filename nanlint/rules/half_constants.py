@@ -11,13 +11,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Dict, Optional, Tuple
 
 import libcst as cst
 
 from .. import analysis
-from ..analysis import repairs
+from ..analysis import conditions, masks, repairs
 from ..analysis.dtypes import float16_reason
 from ..context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args
@@ -723,7 +722,7 @@ keep -inf and repair the softmax output (`torch.nan_to_num(probs, nan=0.0)`).
         if found is None:
             return
         fill_call, receiver, mask, value, inplace = found
-        if not _reaches(ctx, fill_call) or _causal_mask(ctx, mask) or _keeps_row_max(ctx, mask):
+        if not conditions.runs_before_here(ctx, fill_call) or masks.keeps_a_key_per_row(ctx, mask):
             return
         if repairs.repaired_around(ctx) or repairs.repaired_downstream(ctx, node, repairs.NAN, 4):
             return
@@ -815,106 +814,3 @@ def _fill(ctx: FileContext, call: cst.Call):
     return call.func.value, mask, value
 
 
-_TRIL_BUFFER = r"(?:register_buffer\(\s*['\"]{a}['\"]\s*,|self\.{a}\s*=)\s*(?:torch\.)?tril\("
-
-
-def _causal_mask(ctx: FileContext, mask: cst.BaseExpression, depth: int = 6) -> bool:
-    """The mask is a causal triangle alone: `torch.triu(ones, diagonal=1)`, `tril(...) == 0`,
-    `~tril(...)`, `self.bias[..] == 0` with `bias` a registered `tril` buffer."""
-    expr = strip_parens(mask)
-    for _ in range(depth):
-        if isinstance(expr, cst.Name):
-            resolved = ctx.value_of(expr)
-            if resolved is expr or resolved is None:
-                return False
-            expr = strip_parens(resolved)
-            continue
-        if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-            if number_value(strip_parens(expr.comparisons[0].comparator)) == 0:
-                expr = strip_parens(expr.left)
-                continue
-            return False
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.BitInvert, cst.Not)):
-            expr = strip_parens(expr.expression)
-            continue
-        if isinstance(expr, cst.Subscript):
-            expr = strip_parens(expr.value)
-            continue
-        if isinstance(expr, cst.Attribute):
-            chain = dotted_name(expr)
-            if chain and chain.startswith("self."):
-                attr = re.escape(chain.split(".", 1)[1])
-                return re.search(_TRIL_BUFFER.format(a=attr), ctx.source) is not None
-            return False
-        if isinstance(expr, cst.Call):
-            full = ctx.qualname(expr.func)
-            if full == "torch.tril":
-                return True
-            if full == "torch.triu":
-                split = split_args(expr.args)
-                if split is None:
-                    return False
-                positional, keywords = split
-                diagonal = positional[1] if len(positional) > 1 else keywords.get("diagonal")
-                d = number_value(strip_parens(diagonal)) if diagonal is not None else 0
-                return d is not None and d >= 1
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in (
-                "bool", "to", "logical_not", "type_as", "cuda", "unsqueeze", "view", "expand",
-                "expand_as", "triu", "tril",
-            ):
-                if expr.func.attr.value == "tril":
-                    return True
-                if expr.func.attr.value == "triu":
-                    split = split_args(expr.args)
-                    positional, keywords = split if split else ([], {})
-                    diagonal = positional[0] if positional else keywords.get("diagonal")
-                    d = number_value(strip_parens(diagonal)) if diagonal is not None else 0
-                    return d is not None and d >= 1
-                expr = strip_parens(expr.func.value)
-                continue
-            if full == "torch.logical_not" and expr.args:
-                expr = strip_parens(expr.args[0].value)
-                continue
-        return False
-    return False
-
-
-def _reaches(ctx: FileContext, fill: cst.CSTNode) -> bool:
-    """The fill runs before the softmax on the way to it: it sits in a statement that comes
-    before the softmax's, in a block enclosing the softmax (possibly inside an `if` there), not
-    in a sibling branch (`if m: s = s.masked_fill(..) ... else: softmax(s)`)."""
-    start, _ = ctx.span(fill)
-    here, here_end = ctx.span(ctx.stack[-1])
-    if here <= start < here_end:
-        return True  # inside the softmax's own argument
-    if not start < here:
-        return False
-    for block in reversed(ctx.stack):
-        body = getattr(block, "body", None)
-        if not isinstance(body, (list, tuple)):
-            continue
-        for stmt in body:
-            s_start, s_end = ctx.span(stmt)
-            if s_start <= start and start < s_end:
-                # The deepest block on the path holding the fill: the statement holding it
-                # must not itself lie on the path (then the fill is in another branch of it).
-                return not any(stmt is n for n in ctx.stack)
-    return True
-
-
-_THRESHOLD_OPS = (cst.LessThan, cst.GreaterThan, cst.LessThanEqual, cst.GreaterThanEqual)
-
-
-def _keeps_row_max(ctx: FileContext, mask: cst.BaseExpression) -> bool:
-    """A threshold mask in a function that takes the row's max or top-k (top-k/top-p
-    filtering, sparse routing): `scores < topk_values[..., -1:]` never masks the row maximum."""
-    expr, _ = ctx.resolve(strip_parens(mask), None)
-    expr = strip_parens(expr)
-    if not (isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1
-            and isinstance(expr.comparisons[0].operator, _THRESHOLD_OPS)):
-        return False
-    function = ctx.enclosing_function()
-    if function is None:
-        return False
-    return re.search(r"\.(?:max|topk|kthvalue|sort)\(|torch\.(?:max|topk|kthvalue|sort)\(",
-                     node_code(function)) is not None

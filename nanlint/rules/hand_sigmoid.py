@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..context import FileContext, node_code, parenthesize, strip_parens
+from ..context import FileContext, node_code, parenthesize, same_code, strip_parens
 from ..ops import number_value
 from .base import SAFE, Rule
 
@@ -220,7 +220,7 @@ Forward value and gradient of `torch.reciprocal(1 + torch.exp(-z))` against `tor
             factor = factors.pop()
             inner = ctx.op(factor)
             if inner is not None and inner.name == "exp" and len(inner.args) == 1 \
-                    and node_code(strip_parens(inner.args[0])) == node_code(strip_parens(argument)):
+                    and same_code(inner.args[0], argument):
                 return argument, exact and factor is strip_parens(numerator)
             if inner is not None and inner.name == "mul" and len(inner.args) == 2 and not inner.kwargs:
                 factors.extend(strip_parens(a) for a in inner.args)

@@ -9,34 +9,13 @@ from typing import Iterable, List, Optional, Set, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..analysis import conditions, repairs
+from ..analysis import conditions, masks, repairs
 from ..context import FileContext, dotted_name, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args as split_args_safe
 from ..ranges import guard
 from .base import SAFE, UNSAFE, Rule
 
-# --------------------------------------------------------------------------- shared helpers
-
-
-def _torch_call(ctx: FileContext, node: cst.CSTNode, *short: str) -> Optional[Tuple[str, str]]:
-    """("function"|"method", short name) when `node` calls `torch.<short>` or `t.<short>()`."""
-    if not isinstance(node, cst.Call):
-        return None
-    q = ctx.qualname(node.func)
-    if q is not None:
-        for s in short:
-            if q in (f"torch.{s}", f"torch.Tensor.{s}", f"torch.special.{s}"):
-                return "function", s
-        return None
-    if isinstance(node.func, cst.Attribute) and node.func.attr.value in short:
-        if ctx.qualname(node.func.value) is None:
-            return "method", node.func.attr.value
-    return None
-
-
 # --------------------------------------------------------------------------- NAN112
-
-_ZERO_FILL = {"acos", "asin", "arccos", "arcsin", "atanh", "arctanh"}
 
 
 def _unsafe_operand(ctx: FileContext, node: cst.CSTNode) -> Optional[Tuple[str, cst.BaseExpression]]:
@@ -64,7 +43,7 @@ def _unsafe_operand(ctx: FileContext, node: cst.CSTNode) -> Optional[Tuple[str, 
                     return "division", op.args[0]
                 return "fractional power", op.args[0]
         return None
-    called = _torch_call(ctx, node, "rsqrt", "acos", "asin", "arccos", "arcsin")
+    called = masks.torch_call(ctx, node, "rsqrt", "acos", "asin", "arccos", "arcsin")
     if called is None:
         return None
     style, short = called
@@ -115,145 +94,13 @@ def _guards_itself(ctx: FileContext, operand: cst.BaseExpression) -> bool:
         return True
     value = ctx.value_of(strip_parens(operand))
     for n in (strip_parens(operand), strip_parens(value)):
-        if _torch_call(ctx, n, "where", "clamp", "clip", "clamp_min", "clamp_max",
-                       "nan_to_num", "maximum", "abs", "exp", "softplus", "masked_fill") is not None:
+        if masks.torch_call(ctx, n, "where", "clamp", "clip", "clamp_min", "clamp_max",
+                             "nan_to_num", "maximum", "abs", "exp", "softplus", "masked_fill") is not None:
             return True
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in (
             "clamp", "clip", "clamp_min", "abs", "exp", "masked_fill", "where",
         ):
             return True
-    return False
-
-
-def _bare(ctx: FileContext, node: cst.BaseExpression) -> str:
-    """Code of `node` without parentheses, casts and `abs()`: what a comparison tests."""
-    node = _strip_casts(ctx, node)
-    while True:
-        called = _torch_call(ctx, node, "abs")
-        if called is None:
-            break
-        style, _ = called
-        node = _strip_casts(ctx, node.func.value if style == "method" else node.args[0].value)
-    return node_code(node)
-
-
-_THRESHOLD = re.compile(r"(eps|tiny|thresh|thr|min|tol)", re.IGNORECASE)
-
-
-def _threshold(ctx: FileContext, node: cst.BaseExpression) -> bool:
-    """A number, an epsilon-like name, `torch.finfo(...).eps`, `1 - eps`: a domain bound."""
-    node = strip_parens(node)
-    if number_value(node) is not None:
-        return True
-    name = dotted_name(node)
-    if name is not None:
-        return _THRESHOLD.search(name.split(".")[-1]) is not None
-    if isinstance(node, cst.Attribute) and node.attr.value in ("eps", "tiny", "smallest_normal"):
-        return True
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)):
-        return _threshold(ctx, node.left) and _threshold(ctx, node.right)
-    return False
-
-
-def _comparisons(ctx: FileContext, cond: cst.BaseExpression, depth: int = 4) -> Iterable[cst.Comparison]:
-    """The comparisons a condition is made of (through `&`, `|`, `~`, `*`, logical ops,
-    `.all()`/`.any()`, casts and local names)."""
-    if depth <= 0:
-        return
-    cond = _strip_casts(ctx, cond)
-    if isinstance(cond, cst.Name):
-        value = ctx.value_of(cond, 1)
-        if value is not cond:
-            yield from _comparisons(ctx, value, depth - 1)
-        return
-    if isinstance(cond, cst.Comparison):
-        yield cond
-        return
-    if isinstance(cond, cst.UnaryOperation):
-        yield from _comparisons(ctx, cond.expression, depth - 1)
-        return
-    if isinstance(cond, cst.BinaryOperation) and isinstance(
-        cond.operator, (cst.BitAnd, cst.BitOr, cst.Multiply)
-    ):
-        yield from _comparisons(ctx, cond.left, depth - 1)
-        yield from _comparisons(ctx, cond.right, depth - 1)
-        return
-    if isinstance(cond, cst.Call):
-        if _torch_call(ctx, cond, "logical_and", "logical_or", "logical_not") is not None:
-            for a in cond.args:
-                yield from _comparisons(ctx, a.value, depth - 1)
-        elif isinstance(cond.func, cst.Attribute) and cond.func.attr.value in ("all", "any"):
-            yield from _comparisons(ctx, cond.func.value, depth - 1)
-        elif _torch_call(ctx, cond, "gt", "ge", "lt", "le", "ne", "eq") is not None:
-            style, _ = _torch_call(ctx, cond, "gt", "ge", "lt", "le", "ne", "eq")
-            sides = ([cond.func.value] if style == "method" else []) + [a.value for a in cond.args]
-            if len(sides) == 2:
-                yield cst.Comparison(left=sides[0], comparisons=[
-                    cst.ComparisonTarget(operator=cst.GreaterThan(), comparator=sides[1])])
-
-
-_OPS = {
-    cst.GreaterThan: lambda a, b: a > b,
-    cst.GreaterThanEqual: lambda a, b: a >= b,
-    cst.LessThan: lambda a, b: a < b,
-    cst.LessThanEqual: lambda a, b: a <= b,
-    cst.Equal: lambda a, b: a == b,
-    cst.NotEqual: lambda a, b: a != b,
-}
-
-
-def _bound_value(node: cst.BaseExpression) -> float:
-    value = number_value(strip_parens(node))
-    if value is not None:
-        return value
-    code = node_code(node)
-    return 1.0 - 1e-6 if code.lstrip("( ").startswith("1") else 1e-6  # `eps`, `1 - eps`
-
-
-def _singular_discarded(ctx: FileContext, cond: cst.BaseExpression, operand: cst.BaseExpression,
-                        what: str, taken_when_true: bool) -> bool:
-    """False where a single comparison shows the op's singular points lie in the branch
-    that is taken (`torch.where(c < 50, 5000 / c, ...)`: c = 0 is kept, so its inf is in the
-    value, not hidden in the gradient). True otherwise."""
-    bare = _strip_casts(ctx, cond)
-    if isinstance(bare, cst.Name):
-        bare = _strip_casts(ctx, ctx.value_of(bare, 1))
-    if not isinstance(bare, cst.Comparison) or len(bare.comparisons) != 1:
-        return True
-    target = bare.comparisons[0]
-    test = _OPS.get(type(target.operator))
-    if test is None:
-        return True
-    wanted = _bare(ctx, operand)
-    if _bare(ctx, bare.left) == wanted:
-        bound = _bound_value(target.comparator)
-        holds = lambda x: test(x, bound)  # noqa: E731
-    elif _bare(ctx, target.comparator) == wanted:
-        bound = _bound_value(bare.left)
-        holds = lambda x: test(bound, x)  # noqa: E731
-    else:
-        return True
-    singular = (1.0, 2.0) if what in _ZERO_FILL else (0.0, -1.0) if what != "division" else (0.0,)
-    # Where the branch is discarded: cond false for the first branch, true for the second.
-    return any(holds(x) != taken_when_true for x in singular)
-
-
-def _domain_guard(ctx: FileContext, cond: cst.BaseExpression, operand: cst.BaseExpression) -> bool:
-    """`cond` bounds `operand` itself: `x > 0`, `x != 0`, `x.abs() < 1`, `x >= eps`, also as
-    part of a combined mask held in a local variable."""
-    wanted = {_bare(ctx, operand)}
-    bare = strip_parens(operand)
-    if isinstance(bare, cst.Name):
-        value = ctx.value_of(bare, 1)
-        if value is not bare:
-            wanted.add(_bare(ctx, value))
-    for comparison in _comparisons(ctx, cond):
-        if len(comparison.comparisons) != 1:
-            continue
-        left, right = comparison.left, comparison.comparisons[0].comparator
-        for side, other in ((left, right), (right, left)):
-            if _bare(ctx, side) in wanted and _threshold(ctx, other):
-                return True
     return False
 
 
@@ -412,7 +259,7 @@ variable, the finding comes without a fix.
         # `torch.where(torch.isfinite(v), v, c)` repairs a value already computed: out of
         # this rule's scope (the condition tests the result, not the op's argument).
         if any(
-            _torch_call(ctx, n, "isfinite", "isnan", "isinf", "isneginf", "isposinf") is not None
+            masks.torch_call(ctx, n, "isfinite", "isnan", "isinf", "isneginf", "isposinf") is not None
             for n in _descendants(cond)
         ):
             return
@@ -436,9 +283,9 @@ variable, the finding comes without a fix.
                 what, operand = found
                 if _guards_itself(ctx, operand) or not _gradient_reaches(ctx, sub, operand):
                     continue
-                if not _domain_guard(ctx, cond, operand):
+                if not masks.bounds_operand(ctx, cond, operand):
                     continue
-                if not _singular_discarded(ctx, cond, operand, what, taken_when_true):
+                if not masks.singular_points_discarded(ctx, cond, operand, what, taken_when_true):
                     continue
                 local = not any(sub is d for d in _descendants(branch))
                 through_local = through_local or local
@@ -488,7 +335,7 @@ variable, the finding comes without a fix.
             if _guards_itself(ctx, operand) or not _gradient_reaches(ctx, sub, operand):
                 continue
             # The patched points are the ones the op's value is discarded at.
-            if not _domain_guard(ctx, cond, operand) or not _singular_discarded(ctx, cond, operand, what, False):
+            if not masks.bounds_operand(ctx, cond, operand) or not masks.singular_points_discarded(ctx, cond, operand, what, False):
                 continue
             if id(sub) in self._patched:
                 return
@@ -525,7 +372,7 @@ variable, the finding comes without a fix.
         edits = []
         replacements = {}
         for operand, what, taken_when_true in operands:
-            fill = "0" if what in _ZERO_FILL else "1"
+            fill = "0" if what in masks.UNIT_DOMAIN_OPS else "1"
             inner = node_code(strip_parens(operand))
             if taken_when_true:
                 guarded = f"{where_text}({cond_text}, {inner}, {fill})"
@@ -564,62 +411,16 @@ class _ReplaceOperands(cst.CSTTransformer):
 
 # --------------------------------------------------------------------------- NAN113
 
-_MASK_WORDS = re.compile(
-    r"mask|(^|_)(valid|keep|pos|neg|fg|bg|sel|selected|ignore|visible|active|inside|good|flags?|is|has)(_|$|\d)",
-    re.IGNORECASE,
-)
-_CASTS = ("float", "double", "half", "bfloat16", "long", "int", "bool", "type_as", "to", "detach")
-_EXIT = (cst.Return, cst.Raise, cst.Continue, cst.Break)
-
-
-def _strip_casts(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
-    node = strip_parens(node)
-    while (
-        isinstance(node, cst.Call)
-        and isinstance(node.func, cst.Attribute)
-        and node.func.attr.value in _CASTS
-        and ctx.qualname(node.func.value) is None
-    ):
-        node = strip_parens(node.func.value)
-    return node
-
-
-def _mask_like(ctx: FileContext, node: cst.BaseExpression, depth: int = 3) -> bool:
-    """Evidently a boolean (or 0/1) selection: a comparison, `~m`, `a & b`, `m.bool()`, or a
-    name that says so (`mask`, `valid`, `pos_inds`), through local assignments."""
-    node = strip_parens(node)
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "bool":
-        return True
-    node = _strip_casts(ctx, node)
-    if isinstance(node, cst.Comparison):
-        return True
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
-        return True
-    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr)):
-        return True
-    if _torch_call(ctx, node, "logical_and", "logical_or", "logical_not", "isfinite", "eq", "ne",
-                   "gt", "lt", "ge", "le", "isin") is not None:
-        return True
-    name = dotted_name(node)
-    if name is not None:
-        if _MASK_WORDS.search(name.split(".")[-1]):
-            return True
-        if depth > 0 and isinstance(node, cst.Name):
-            value = ctx.value_of(node, 1)
-            if value is not node:
-                return _mask_like(ctx, value, depth - 1)
-    return False
-
 
 def _selection(ctx: FileContext, node: cst.BaseExpression) -> Optional[Tuple[cst.Subscript, cst.BaseExpression]]:
     """(`x[m]`, m) where `node` is `x[m]` (possibly cast) with a mask index."""
-    node = _strip_casts(ctx, node)
+    node = masks.strip_casts(ctx, node)
     if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
         return None
     index = node.slice[0].slice
     if not isinstance(index, cst.Index):
         return None
-    if _mask_like(ctx, index.value):
+    if masks.mask_like(ctx, index.value):
         return node, index.value
     return None
 
@@ -629,12 +430,12 @@ def _count_of(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseEx
     node = strip_parens(node)
     op = ctx.op(node)
     if op is not None and op.name == "sum" and op.args:
-        return _strip_casts(ctx, op.args[0])
-    if _torch_call(ctx, node, "count_nonzero") is not None:
+        return masks.strip_casts(ctx, op.args[0])
+    if masks.torch_call(ctx, node, "count_nonzero") is not None:
         if isinstance(node.func, cst.Attribute) and ctx.qualname(node.func) is None:
-            return _strip_casts(ctx, node.func.value)
+            return masks.strip_casts(ctx, node.func.value)
         if node.args:
-            return _strip_casts(ctx, node.args[0].value)
+            return masks.strip_casts(ctx, node.args[0].value)
     return None
 
 
@@ -648,7 +449,7 @@ def _count_guarded(ctx: FileContext, node: cst.BaseExpression) -> bool:
     value = strip_parens(resolved)
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "max":
         return True
-    if _torch_call(ctx, value, "clamp", "clip", "clamp_min", "maximum", "where") is not None:
+    if masks.torch_call(ctx, value, "clamp", "clip", "clamp_min", "maximum", "where") is not None:
         return True
     if resolved is not bare:
         g = guard(ctx, value)
@@ -832,20 +633,20 @@ there.
             return
         mask_text = node_code(strip_parens(mask))
         in_numerator = any(
-            node_code(_strip_casts(ctx, n)) == mask_text
+            node_code(masks.strip_casts(ctx, n)) == mask_text
             for n in _descendants(numerator)
             if isinstance(n, cst.BaseExpression)
         ) and mask_text != node_code(strip_parens(numerator))
         # A weighted mean (`(x * w).sum() / w.sum()`, a Gaussian kernel) is no masked mean:
         # the mask must be evidently boolean.
-        if not _mask_like(ctx, mask) or self._exempt(ctx, mask):
+        if not masks.mask_like(ctx, mask) or self._exempt(ctx, mask):
             return
         numer_value = strip_parens(numerator)
         if isinstance(numer_value, cst.Name):
             numer_value = strip_parens(ctx.value_of(numer_value))
             if not in_numerator:
                 in_numerator = any(
-                    node_code(_strip_casts(ctx, n)) == mask_text
+                    node_code(masks.strip_casts(ctx, n)) == mask_text
                     for n in _descendants(numer_value)
                     if isinstance(n, cst.BaseExpression)
                 )
@@ -853,7 +654,7 @@ there.
         if not in_numerator and (numer_op is None or numer_op.name not in ("sum", "mul")):
             return
         # `m / m.sum()` normalizes weights; it is no masked mean.
-        if node_code(_strip_casts(ctx, numerator)) == mask_text:
+        if node_code(masks.strip_casts(ctx, numerator)) == mask_text:
             return
         if _count_guarded(ctx, count_node):
             return
@@ -892,7 +693,7 @@ there.
         bare = strip_parens(mask)
         value = ctx.value_of(bare, 2) if isinstance(bare, cst.Name) else bare
         for n in _descendants(value):
-            if _torch_call(ctx, n, "isnan", "isfinite", "isinf") is not None:
+            if masks.torch_call(ctx, n, "isnan", "isfinite", "isinf") is not None:
                 return True
         loop_targets = set()
         for n in ctx.stack:
@@ -909,7 +710,7 @@ there.
                                  if isinstance(t, (cst.Name, cst.Attribute))}
         loop_targets.discard(None)
         if loop_targets:
-            for n in _descendants(_strip_casts(ctx, value)):
+            for n in _descendants(masks.strip_casts(ctx, value)):
                 if isinstance(n, cst.Comparison) and any(
                     isinstance(c.operator, cst.Equal) for c in n.comparisons
                 ):
@@ -922,7 +723,7 @@ there.
     def _inside_guarding_call(ctx: FileContext) -> bool:
         """Inside `torch.nan_to_num(...)`: the NaN is repaired where it is made."""
         for n in ctx.stack:
-            if isinstance(n, cst.Call) and _torch_call(ctx, n, "nan_to_num") is not None:
+            if isinstance(n, cst.Call) and masks.torch_call(ctx, n, "nan_to_num") is not None:
                 return True
         return False
 
