@@ -60,7 +60,7 @@ def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
 
 def same_code(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
     """`a` and `b` are written the same, parentheses aside."""
-    return node_code(strip_parens(a)) == node_code(strip_parens(b))
+    return node_code(strip_parens(a)).strip() == node_code(strip_parens(b)).strip()
 
 
 def is_atom(node: cst.BaseExpression) -> bool:
@@ -233,6 +233,12 @@ class FileContext:
     # ------------------------------------------------------------------ names and values
     def qualname(self, node: cst.BaseExpression) -> Optional[str]:
         return self.imports.qualname(node)
+
+    def bare_op(self, node: Optional[cst.CSTNode]) -> Optional[Op]:
+        """`op` of the expression without its parentheses."""
+        if node is None:
+            return None
+        return self.op(strip_parens(node) if isinstance(node, cst.BaseExpression) else node)
 
     def op(self, node: Optional[cst.CSTNode]) -> Optional[Op]:
         """The op `node` performs (ops.match_op), memoized: several rules ask about each

@@ -23,13 +23,6 @@ from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand
 Env = Optional[Dict]
 
 
-def op_of(ctx: FileContext, node: Optional[cst.CSTNode]) -> Optional[Op]:
-    """`ctx.op` on the expression without its parentheses."""
-    if node is None:
-        return None
-    return ctx.op(strip_parens(node) if isinstance(node, cst.BaseExpression) else node)
-
-
 class Found(NamedTuple):
     op: Op
     env: Env
@@ -40,7 +33,7 @@ def _find(ctx: FileContext, node, names, env: Env = None, via_local: bool = Fals
     if node is None:
         return None
     value, env, via_local = _follow(ctx, strip_parens(node), env, via_local)
-    op = op_of(ctx, value)
+    op = ctx.bare_op(value)
     if op is None or op.name not in names:
         return None
     return Found(op, env, via_local)
@@ -844,7 +837,7 @@ Where the exact 0 angle matters, use the atan2 form."""
     )
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        op = op_of(ctx, node)
+        op = ctx.bare_op(node)
         if op is None or op.name not in ("acos", "asin") or len(op.args) != 1 or op.kwargs:
             return
         arg = op.args[0]
@@ -890,7 +883,7 @@ Where the exact 0 angle matters, use the atan2 form."""
             return arg
         if isinstance(arg, cst.Attribute) and ctx.qualname(arg) is None:
             return arg
-        op = op_of(ctx, arg)
+        op = ctx.bare_op(arg)
         if op is not None and op.name == "cosine_similarity" and op.args:
             first = strip_parens(op.args[0])
         elif op is None and isinstance(arg, cst.Call) and arg.args and arg.args[0].keyword is None:

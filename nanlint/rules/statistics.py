@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..context import FileContext, is_atom, node_code, strip_parens
+from ..context import FileContext, is_atom, node_code, same_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import guard, probability_source, sign
 from ..analysis import conditions
@@ -23,13 +23,6 @@ _EPS = "1e-5"
 _DEPTH = 5
 
 
-def op_of(ctx: FileContext, node: Optional[cst.CSTNode]) -> Optional[Op]:
-    """`ctx.op` on the expression without its parentheses."""
-    if node is None:
-        return None
-    return ctx.op(strip_parens(node) if isinstance(node, cst.BaseExpression) else node)
-
-
 def _resolve(ctx: FileContext, expr: cst.BaseExpression, env: Env) -> Tuple[cst.BaseExpression, Env, bool]:
     """Strip parentheses and follow a local name; also whether a name was followed."""
     expr = strip_parens(expr)
@@ -38,10 +31,6 @@ def _resolve(ctx: FileContext, expr: cst.BaseExpression, env: Env) -> Tuple[cst.
         if value is not expr:
             return strip_parens(value), new_env, True
     return expr, env, False
-
-
-def _same(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
-    return node_code(strip_parens(a)).strip() == node_code(strip_parens(b)).strip()
 
 
 def _wrapped(ctx: FileContext, node: cst.BaseExpression) -> str:
@@ -60,14 +49,14 @@ def _canon(ctx: FileContext, node: cst.BaseExpression, atom: bool = False) -> st
 
 def _squared(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """X for `X ** 2`, `X.pow(2)`, `torch.square(X)`, `X * X`, else None."""
-    op = op_of(ctx, expr)
+    op = ctx.bare_op(expr)
     if op is None or op.kwargs:
         return None
     if op.name == "pow" and len(op.args) == 2 and number_value(strip_parens(op.args[1])) == 2.0:
         return op.args[0]
     if op.name == "square" and len(op.args) == 1:
         return op.args[0]
-    if op.name == "mul" and len(op.args) == 2 and _same(op.args[0], op.args[1]):
+    if op.name == "mul" and len(op.args) == 2 and same_code(op.args[0], op.args[1]):
         return op.args[0]
     return None
 
@@ -105,7 +94,7 @@ def _spread(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: 
     expr, env, _ = _resolve(ctx, expr, env)
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
         index = expr.slice[0].slice
-        inner = op_of(ctx, expr.value)
+        inner = ctx.bare_op(expr.value)
         if (
             inner is not None
             and inner.name in ("var_mean", "std_mean")
@@ -114,7 +103,7 @@ def _spread(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: 
         ):
             return inner.name[:3]
         return None
-    op = op_of(ctx, expr)
+    op = ctx.bare_op(expr)
     if op is None:
         return None
     if op.name in ("var", "std"):
@@ -123,7 +112,7 @@ def _spread(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: 
         squared, senv, _ = _resolve(ctx, op.args[0], env)
         base = _squared(ctx, squared)
         if base is not None:
-            diff = op_of(ctx, _resolve(ctx, base, senv)[0])
+            diff = ctx.bare_op(_resolve(ctx, base, senv)[0])
             if diff is not None and diff.name == "sub":
                 return "var"
         return None
@@ -142,7 +131,7 @@ def _normalizes(ctx: FileContext, numerator: cst.BaseExpression, denominator: cs
     value = strip_parens(ctx.value_of(strip_parens(numerator)))
     if number_value(value) is not None:
         return True
-    op = op_of(ctx, value)
+    op = ctx.bare_op(value)
     if op is not None and op.name == "sub":
         return True
     return ctx.code(strip_parens(numerator)) in ctx.code(denominator) or (
@@ -251,7 +240,7 @@ larger epsilon where the data's scale calls for it.
     )
 
     def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
-        op = op_of(ctx, node)
+        op = ctx.bare_op(node)
         if op is None or op.kwargs:
             return
         if op.name == "rsqrt" and len(op.args) == 1:
@@ -294,7 +283,7 @@ larger epsilon where the data's scale calls for it.
     def _div_fix(self, ctx: FileContext, op: Op, denominator: cst.BaseExpression):
         numerator = _canon(ctx, op.args[0], atom=True)
         bottom = strip_parens(denominator)
-        inner = op_of(ctx, bottom)
+        inner = ctx.bare_op(bottom)
         if inner is not None and inner.name == "sqrt" and len(inner.args) == 1 and not inner.kwargs:
             edit = self._add_eps(ctx, inner.args[0], inside_call=inner.style == "function")
             fixed = f"{numerator} / torch.sqrt({_canon(ctx, inner.args[0])} + {_EPS})"
@@ -315,7 +304,7 @@ _MEAN_KEYWORDS = {"dim", "keepdim"}
 def _mean_parts(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[Op, cst.BaseExpression]]:
     """(the mean op, its operand) for `X.mean(...)`/`torch.mean(X, ...)` with only dim /
     keepdim arguments."""
-    op = op_of(ctx, expr)
+    op = ctx.bare_op(expr)
     if op is None or op.name != "mean" or not op.args or set(op.kwargs) - _MEAN_KEYWORDS:
         return None
     if len(op.args) > 3:
@@ -326,15 +315,15 @@ def _mean_parts(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[Op
 def _same_dims(a: Op, b: Op) -> bool:
     if len(a.args) != len(b.args) or set(a.kwargs) != set(b.kwargs):
         return False
-    if any(not _same(x, y) for x, y in zip(a.args[1:], b.args[1:])):
+    if any(not same_code(x, y) for x, y in zip(a.args[1:], b.args[1:])):
         return False
-    return all(_same(a.kwargs[k], b.kwargs[k]) for k in a.kwargs)
+    return all(same_code(a.kwargs[k], b.kwargs[k]) for k in a.kwargs)
 
 
 def _cancellation(ctx: FileContext, node: cst.BaseExpression):
     """(mean of the squares, mean of X, X, whether a local name was followed) for
     `E[X^2] - E[X]^2`, else None."""
-    op = op_of(ctx, node)
+    op = ctx.bare_op(node)
     if op is None or op.name != "sub" or len(op.args) != 2 or op.kwargs:
         return None
     left, _, left_local = _resolve(ctx, op.args[0], None)
@@ -355,7 +344,7 @@ def _cancellation(ctx: FileContext, node: cst.BaseExpression):
         return None
     right_local = right_local or local
     mean_x, x = second
-    if not _same(x, base) or not _same_dims(mean_sq, mean_x):
+    if not same_code(x, base) or not _same_dims(mean_sq, mean_x):
         return None
     return mean_sq, base, left_local or right_local
 
@@ -452,7 +441,7 @@ no fix.
         """`(E[x^2] - E[x]^2).clamp(0)`, `F.relu(...)`: the author chose the one-pass formula
         (timm does, for speed on TPU) and cut its negative values off."""
         for parent in reversed(ctx.stack[-4:-1]):
-            op = op_of(ctx, parent) if isinstance(parent, cst.Call) else None
+            op = ctx.bare_op(parent) if isinstance(parent, cst.Call) else None
             if op is None or not op.args or op.args[0] is not node:
                 continue
             if op.name == "relu":
@@ -560,11 +549,11 @@ with `dtype=` and one reached through a local variable are reported without a fi
     )
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        op = op_of(ctx, node)
+        op = ctx.bare_op(node)
         if op is None or op.name != "log" or len(op.args) != 1 or op.kwargs:
             return
         arg, _, through_local = _resolve(ctx, op.args[0], None)
-        prod = op_of(ctx, arg)
+        prod = ctx.bare_op(arg)
         if prod is None or prod.name != "prod" or not prod.args:
             return
         p = prod.args[0]
@@ -714,11 +703,11 @@ failing there, which is accurate. Not reported where the divisor is kept away fr
     )
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        op = op_of(ctx, node)
+        op = ctx.bare_op(node)
         if op is None or op.name != "atan" or len(op.args) != 1 or op.kwargs:
             return
         arg, _, through_local = _resolve(ctx, op.args[0], None)
-        div = op_of(ctx, arg)
+        div = ctx.bare_op(arg)
         if div is None or div.name != "div" or len(div.args) != 2 or div.kwargs:
             return
         y, x = div.args
@@ -884,7 +873,7 @@ factor sqrt((n - 1) / n) elsewhere; `drop_last=True` on the loader drops the sam
     )
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
-        op = op_of(ctx, node)
+        op = ctx.bare_op(node)
         if op is None or op.name not in _CORRECTED or not op.args or _explicit_correction(op):
             return
         batch_axis = _batch_axis_only(op)
@@ -917,7 +906,7 @@ def _short_code(node: cst.BaseExpression, limit: int = 40) -> str:
 def _factors(ctx: FileContext, node: cst.BaseExpression, depth: int = 6) -> List[cst.BaseExpression]:
     """The factors of a product, and of a quotient's numerator: `a * b / c` -> [a, b]."""
     node = strip_parens(node)
-    op = op_of(ctx, node)
+    op = ctx.bare_op(node)
     if depth > 0 and op is not None and not op.kwargs and len(op.args) == 2:
         if op.name == "mul":
             return _factors(ctx, op.args[0], depth - 1) + _factors(ctx, op.args[1], depth - 1)
@@ -1001,7 +990,7 @@ offered for `sin(x) / x` and `sin(k * x) / x` (also `x.sin() / x`, `torch.div`) 
     )
 
     def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
-        op = op_of(ctx, node)
+        op = ctx.bare_op(node)
         if op is None or op.name != "div" or len(op.args) != 2 or op.kwargs:
             return
         numerator, x = (strip_parens(a) for a in op.args)
@@ -1038,7 +1027,7 @@ offered for `sin(x) / x` and `sin(k * x) / x` (also `x.sin() / x`, `torch.div`) 
 
 def _sine_of(ctx: FileContext, factor: cst.BaseExpression, x: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """The argument of `factor` where it is `sin(...)` of something with `x` as a factor."""
-    op = op_of(ctx, factor)
+    op = ctx.bare_op(factor)
     if op is None or op.name != "sin" or len(op.args) != 1 or op.kwargs:
         return None
     argument = strip_parens(op.args[0])
@@ -1048,7 +1037,7 @@ def _sine_of(ctx: FileContext, factor: cst.BaseExpression, x: cst.BaseExpression
 
 def _scale_of(ctx: FileContext, argument: cst.BaseExpression, x: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     """k where `argument` is `k * x` or `x * k`, else None."""
-    op = op_of(ctx, argument)
+    op = ctx.bare_op(argument)
     if op is None or op.name != "mul" or len(op.args) != 2 or op.kwargs:
         return None
     a, b = (strip_parens(v) for v in op.args)
