@@ -128,9 +128,13 @@ def div(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
         inv = interval(1 / b.hi if b.hi != INF else 0.0, 1 / b.lo)
         lo, hi = _mul_bounds(a, inv)
     else:
+        # A divisor that may be 0 leaves the magnitude unbounded, not the sign: like signs
+        # give a quotient >= 0 (`x.abs() / n`), unlike ones <= 0 (`-d ** 2 / (2 * s ** 2)`).
         lo, hi = -INF, INF
-        if a.lo >= 0 and b.lo >= 0:
+        if (a.lo >= 0 and b.lo >= 0) or (a.hi <= 0 and b.hi <= 0):
             lo = 0.0
+        elif (a.hi <= 0 and b.lo >= 0) or (a.lo >= 0 and b.hi <= 0):
+            hi = 0.0
     zero = a.zero
     if zero is None and a.count:
         zero = "a ratio of counts"

@@ -113,9 +113,6 @@ def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Env):
     return node, env
 
 
-_NONNEGATIVE_OPS = ("abs", "relu", "square", "exp", "sigmoid", "softmax", "softplus")
-
-
 def shifted_by_global_max(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """`x - x.max()` (also `x.data.max()`, `torch.max(x)`, `amax` with no dim): the shift is
     one number for the whole tensor, so a sum of `exp` along a dim is 0 for every row whose
@@ -132,34 +129,26 @@ def shifted_by_global_max(ctx: FileContext, node: cst.BaseExpression, env: Env) 
 def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True where `exp(node)` cannot overflow: what the analysis bounds (a max-shift
     `x - x.max(...)` / `amax` / `logsumexp` of the same tensor, written here, a statement
-    earlier or in a helper; `b - a` inside `if a > b:`; `t` after `t[t > 20] = 20`),
-    log-probabilities, `-abs(x)`, `-relu(x)`, and any exponent that is evidently <= 0."""
+    earlier or in a helper; `b - a` inside `if a > b:`; `t` after `t[t > 20] = 20`;
+    log-probabilities, `-abs(x)`, a Gaussian `-d ** 2 / (2 * s ** 2)`: any exponent <= 0),
+    and a Gaussian (Parzen) window `-scale * (x - c) ** 2` whose scale has no visible sign:
+    a positive precision by convention (monai's histogram weights)."""
     if analysis.exp_cannot_overflow(ctx, node):
         return True
     node, env, _ = _follow(ctx, strip_parens(node), env, False)
     op = ctx.op(node)
-    if op is None:
+    if op is None or op.name not in ("mul", "div") or len(op.args) != 2 or op.kwargs:
         return False
-    if op.name in ("log_softmax", "logsigmoid"):
-        return True
-    if op.name == "neg" and len(op.args) == 1 and _find(ctx, op.args[0], _NONNEGATIVE_OPS, env) is not None:
-        return True
-    # A Gaussian `exp(-d**2 / (2 * s**2))` and the like: at most 1.
-    if sign(ctx, node, env) == "nonpos":
-        return True
-    # `-scale * (x - c) ** 2` with a scale of unknown sign: a Gaussian (Parzen) window by
-    # convention (monai's histogram weights); the scale is a positive precision.
-    if op.name in ("mul", "div") and len(op.args) == 2 and not op.kwargs:
-        def negated(e: cst.BaseExpression) -> bool:
-            inner = ctx.op(strip_parens(e))
-            value = number_value(strip_parens(e))
-            return (inner is not None and inner.name == "neg") or (value is not None and value < 0)
 
-        left, right = op.args
-        return (negated(left) and sign(ctx, right, env) == "nonneg") or (
-            op.name == "mul" and negated(right) and sign(ctx, left, env) == "nonneg"
-        )
-    return False
+    def negated(e: cst.BaseExpression) -> bool:
+        inner = ctx.op(strip_parens(e))
+        value = number_value(strip_parens(e))
+        return (inner is not None and inner.name == "neg") or (value is not None and value < 0)
+
+    left, right = op.args
+    return (negated(left) and sign(ctx, right, env) == "nonneg") or (
+        op.name == "mul" and negated(right) and sign(ctx, left, env) == "nonneg"
+    )
 
 
 def _code(node: cst.BaseExpression) -> str:
