@@ -2,19 +2,21 @@
 
 Zeros removed by a selection or replaced before a log (`p[p > 0]`, `torch.where`,
 `masked_fill`), a value clamped or softly clipped away from both 0 and 1, the upper clamp of
-a log-variance (with whether it is float16), and the value an attribute such as
-`self.logvar` was given earlier in the same function.
+a log-variance (with whether it is float16), the value an attribute such as `self.logvar`
+was given earlier in the same function, vectors that cannot be 0 by construction, a division
+inside a `where` that tests against 0, and an epsilon added in a tuple assignment.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import re
+from typing import List, Optional, Tuple
 
 import libcst as cst
 
 from ..context import FileContext, node_code, strip_parens
 from ..ops import number_value
-from ..ranges import is_guarded
+from ..ranges import guard, is_guarded
 
 
 def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
@@ -138,4 +140,76 @@ def clamp_upper_bound(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tu
     return None
 
 
-__all__ = ["assigned_earlier", "clamp_upper_bound", "kept_off_zero_and_one", "zeros_removed"]
+_NONZERO_TEST = re.compile(r"(!=|>)\s*0(\.0*)?\b|\.(any|all)\(|\bnonzero\b")
+
+
+def inside_zero_test(ctx: FileContext, node: cst.BaseExpression, denominator: cst.BaseExpression) -> bool:
+    """`torch.where(n != 0, x / n, 0)`: the division sits in a `where` whose condition tests
+    the norm (or anything) against 0; its NaN entries are not selected."""
+    for parent in reversed(ctx.stack):
+        if isinstance(parent, cst.Call):
+            name = ctx.qualname(parent.func) or ""
+            if name.endswith(".where") or (isinstance(parent.func, cst.Name) and parent.func.value == "where"):
+                if parent.args and _NONZERO_TEST.search(node_code(parent.args[0].value)):
+                    return True
+        if isinstance(parent, (cst.FunctionDef, cst.SimpleStatementLine)):
+            return False
+    return False
+
+
+_STACKS = {"torch.stack", "torch.cat", "torch.concat", "torch.concatenate"}
+
+
+_ONES = {"torch.ones_like", "torch.ones", "torch.full_like"}
+
+
+def nonzero_by_construction(ctx: FileContext, numerator: cst.BaseExpression) -> bool:
+    """The vectors cannot be 0: rows selected by a test against 0 (`f[f.sum(1) != 0]`), or
+    stacked with a component of ones (`torch.stack([u, torch.ones_like(u)])`)."""
+    value, env = ctx.resolve(strip_parens(numerator), None)
+    value = strip_parens(value)
+    if isinstance(value, cst.Subscript) and _NONZERO_TEST.search(node_code(value.slice[0]) if value.slice else ""):
+        return True
+    if isinstance(value, cst.Call) and ctx.qualname(value.func) in _STACKS and value.args:
+        parts = strip_parens(value.args[0].value)
+        if isinstance(parts, (cst.List, cst.Tuple)):
+            for element in parts.elements:
+                inner = strip_parens(element.value)
+                if isinstance(inner, cst.Call) and ctx.qualname(inner.func) in _ONES:
+                    return True
+    return False
+
+
+def tuple_guarded(ctx: FileContext, x: cst.BaseExpression) -> bool:
+    """`w1, h1 = x2 - x1, y2 - y1 + eps` somewhere in the enclosing function (the engine does
+    not follow tuple assignments): the divisor `h1` got its epsilon there."""
+    x = strip_parens(x)
+    if not isinstance(x, cst.Name):
+        return False
+    function = ctx.enclosing_function()
+    if function is None:
+        return False
+    found: List[bool] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Assign(self, node: cst.Assign) -> None:
+            value = strip_parens(node.value)
+            for target in node.targets:
+                t = strip_parens(target.target)
+                if (
+                    isinstance(t, cst.Tuple)
+                    and isinstance(value, cst.Tuple)
+                    and len(t.elements) == len(value.elements)
+                ):
+                    for te, ve in zip(t.elements, value.elements):
+                        if isinstance(te.value, cst.Name) and te.value.value == x.value:
+                            found.append(guard(ctx, ve.value) is not None)
+
+    function.body.visit(Finder())
+    return any(found)
+
+
+__all__ = [
+    "assigned_earlier", "clamp_upper_bound", "inside_zero_test", "kept_off_zero_and_one",
+    "nonzero_by_construction", "tuple_guarded", "zeros_removed",
+]

@@ -13,7 +13,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..analysis import expansions, repairs
+from ..analysis import expansions, guards, repairs
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import is_guarded
@@ -523,44 +523,6 @@ def _norm_dims(op: Op) -> Tuple[Optional[cst.BaseExpression], Optional[cst.BaseE
     return dim, keepdim, True
 
 
-_NONZERO_TEST = re.compile(r"(!=|>)\s*0(\.0*)?\b|\.(any|all)\(|\bnonzero\b")
-
-
-def _inside_zero_test(ctx: FileContext, node: cst.BaseExpression, denominator: cst.BaseExpression) -> bool:
-    """`torch.where(n != 0, x / n, 0)`: the division sits in a `where` whose condition tests
-    the norm (or anything) against 0; its NaN entries are not selected."""
-    for parent in reversed(ctx.stack):
-        if isinstance(parent, cst.Call):
-            name = ctx.qualname(parent.func) or ""
-            if name.endswith(".where") or (isinstance(parent.func, cst.Name) and parent.func.value == "where"):
-                if parent.args and _NONZERO_TEST.search(node_code(parent.args[0].value)):
-                    return True
-        if isinstance(parent, (cst.FunctionDef, cst.SimpleStatementLine)):
-            return False
-    return False
-
-
-_STACKS = {"torch.stack", "torch.cat", "torch.concat", "torch.concatenate"}
-_ONES = {"torch.ones_like", "torch.ones", "torch.full_like"}
-
-
-def _nonzero_by_construction(ctx: FileContext, numerator: cst.BaseExpression) -> bool:
-    """The vectors cannot be 0: rows selected by a test against 0 (`f[f.sum(1) != 0]`), or
-    stacked with a component of ones (`torch.stack([u, torch.ones_like(u)])`)."""
-    value, env = ctx.resolve(strip_parens(numerator), None)
-    value = strip_parens(value)
-    if isinstance(value, cst.Subscript) and _NONZERO_TEST.search(node_code(value.slice[0]) if value.slice else ""):
-        return True
-    if isinstance(value, cst.Call) and ctx.qualname(value.func) in _STACKS and value.args:
-        parts = strip_parens(value.args[0].value)
-        if isinstance(parts, (cst.List, cst.Tuple)):
-            for element in parts.elements:
-                inner = strip_parens(element.value)
-                if isinstance(inner, cst.Call) and ctx.qualname(inner.func) in _ONES:
-                    return True
-    return False
-
-
 def _broadcast_of(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
     """The norm inside `n[:, None]` or `n.unsqueeze(-1)` (the keepdim of old code), else
     `node` itself."""
@@ -703,9 +665,9 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
         held = strip_parens(denominator)
         if isinstance(held, cst.Name) and _mutated_later(ctx, held.value):
             return
-        if repairs.repaired_after(ctx, repairs.NAN) or _inside_zero_test(ctx, node, denominator):
+        if repairs.repaired_after(ctx, repairs.NAN) or guards.inside_zero_test(ctx, node, denominator):
             return
-        if _nonzero_by_construction(ctx, numerator):
+        if guards.nonzero_by_construction(ctx, numerator):
             return
         if analysis.value(ctx, numerator).learned:
             # A learned embedding or weight (a linear layer's output, a parameter) or a

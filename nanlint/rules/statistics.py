@@ -14,7 +14,7 @@ from .. import analysis
 from ..context import FileContext, is_atom, node_code, same_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import guard, probability_source, sign
-from ..analysis import conditions
+from ..analysis import conditions, guards
 from .base import SAFE, UNSAFE, Rule
 
 Env = Optional[dict]
@@ -590,35 +590,6 @@ with `dtype=` and one reached through a local variable are reported without a fi
 # --------------------------------------------------------------------------- NAN114
 
 
-def _tuple_guarded(ctx: FileContext, x: cst.BaseExpression) -> bool:
-    """`w1, h1 = x2 - x1, y2 - y1 + eps` somewhere in the enclosing function (the engine does
-    not follow tuple assignments): the divisor `h1` got its epsilon there."""
-    x = strip_parens(x)
-    if not isinstance(x, cst.Name):
-        return False
-    function = ctx.enclosing_function()
-    if function is None:
-        return False
-    found: List[bool] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Assign(self, node: cst.Assign) -> None:
-            value = strip_parens(node.value)
-            for target in node.targets:
-                t = strip_parens(target.target)
-                if (
-                    isinstance(t, cst.Tuple)
-                    and isinstance(value, cst.Tuple)
-                    and len(t.elements) == len(value.elements)
-                ):
-                    for te, ve in zip(t.elements, value.elements):
-                        if isinstance(te.value, cst.Name) and te.value.value == x.value:
-                            found.append(guard(ctx, ve.value) is not None)
-
-    function.body.visit(Finder())
-    return any(found)
-
-
 class AtanOfRatio(Rule):
     code = "NAN114"
     untuned_precision = (
@@ -711,7 +682,7 @@ failing there, which is accurate. Not reported where the divisor is kept away fr
         if div is None or div.name != "div" or len(div.args) != 2 or div.kwargs:
             return
         y, x = div.args
-        if guard(ctx, x) is not None or _tuple_guarded(ctx, x):
+        if guard(ctx, x) is not None or guards.tuple_guarded(ctx, x):
             return
         edits: Tuple = ()
         if not through_local:
