@@ -158,8 +158,6 @@ def inside_zero_test(ctx: FileContext, node: cst.BaseExpression, denominator: cs
 
 
 _STACKS = {"torch.stack", "torch.cat", "torch.concat", "torch.concatenate"}
-
-
 _ONES = {"torch.ones_like", "torch.ones", "torch.full_like"}
 
 
