@@ -304,7 +304,6 @@ def keeps_a_key_per_row(ctx: FileContext, mask: cst.BaseExpression) -> bool:
     return _causal_triangle(ctx, mask) or _keeps_row_max(ctx, mask)
 
 
-
 __all__ = [
     "UNIT_DOMAIN_OPS", "bounds_operand", "comparisons", "keeps_a_key_per_row", "mask_like",
     "singular_points_discarded", "strip_casts", "torch_call",
