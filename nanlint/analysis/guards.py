@@ -19,16 +19,21 @@ from ..ops import number_value
 from ..ranges import guard, is_guarded
 
 
+def _assigned(ctx: FileContext, name: cst.Name) -> Optional[cst.BaseExpression]:
+    """What the local `name` was last assigned, or None where it is no local the file binds."""
+    value = ctx.value_of(name)
+    return None if value is name else value
+
+
 def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     """`p[p > 0]`, `p[mask]` with `mask = p > 0`, `torch.where(...)`: the zeros were removed
     or replaced before the log (followed through local names)."""
     for _ in range(6):
         expr = strip_parens(expr)
         if isinstance(expr, cst.Name):
-            value = ctx.value_of(expr)
-            if value is expr:
+            expr = _assigned(ctx, expr)
+            if expr is None:
                 return False
-            expr = value
             continue
         if isinstance(expr, cst.Subscript):
             for element in expr.slice:
@@ -75,10 +80,9 @@ def kept_off_zero_and_one(ctx: FileContext, p: cst.BaseExpression) -> bool:
         if op is not None and op.name == "add" and is_guarded(ctx, p):
             return True
         if isinstance(p, cst.Name):
-            value = ctx.value_of(p)
-            if value is p:
+            p = _assigned(ctx, p)
+            if p is None:
                 return False
-            p = value
             continue
         return False
     return False
@@ -123,10 +127,9 @@ def clamp_upper_bound(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tu
         if op is not None and op.name in ("sigmoid", "log_softmax", "logsigmoid"):
             return float("inf"), False  # bounded above by construction
         if isinstance(expr, cst.Name):
-            value = ctx.value_of(expr)
-            if value is expr:
+            expr = _assigned(ctx, expr)
+            if expr is None:
                 return None
-            expr = value
             continue
         if isinstance(expr, cst.Attribute):
             value = assigned_earlier(ctx, expr)
