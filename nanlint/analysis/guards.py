@@ -14,7 +14,8 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, node_code, strip_parens
+from . import masks
+from ..context import FileContext, node_code, same_code, strip_parens
 from ..ops import number_value
 from ..ranges import guard, is_guarded
 
@@ -26,8 +27,10 @@ def _assigned(ctx: FileContext, name: cst.Name) -> Optional[cst.BaseExpression]:
 
 
 def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    """`p[p > 0]`, `p[mask]` with `mask = p > 0`, `torch.where(...)`: the zeros were removed
-    or replaced before the log (followed through local names)."""
+    """`p[p > 0]`, `p[mask]` with `mask = p != 0`, `p[p.nonzero(as_tuple=True)]`,
+    `torch.where(...)`, `masked_fill`: the zeros were removed or replaced before the log
+    (followed through local names). A selection by anything but p itself (`p[labels == c]`,
+    `p[keep.bool()]`) keeps p's zeros."""
     for _ in range(6):
         expr = strip_parens(expr)
         if isinstance(expr, cst.Name):
@@ -36,14 +39,11 @@ def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
                 return False
             continue
         if isinstance(expr, cst.Subscript):
-            for element in expr.slice:
-                index = element.slice
-                if isinstance(index, cst.Index):
-                    value = strip_parens(index.value)
-                    if isinstance(value, cst.Name):
-                        value = strip_parens(ctx.value_of(value))
-                    if isinstance(value, cst.Comparison) or _is_nonzero_call(ctx, value):
-                        return True
+            if any(
+                isinstance(element.slice, cst.Index) and _selects_nonzero(ctx, element.slice.value, expr.value)
+                for element in expr.slice
+            ):
+                return True
             expr = expr.value
             continue
         if isinstance(expr, cst.Call):
@@ -58,12 +58,23 @@ def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     return False
 
 
-def _is_nonzero_call(ctx: FileContext, node: cst.BaseExpression) -> bool:
-    if not isinstance(node, cst.Call):
+def _selects_nonzero(ctx: FileContext, index: cst.BaseExpression, indexed: cst.BaseExpression) -> bool:
+    """The index keeps only entries of `indexed` that a test of `indexed` itself passed: a
+    comparison against a threshold (`p > 0`, `p != 0`, `p > eps`, held in a local name), or
+    `p.nonzero()` / `torch.nonzero(p)` / `p.bool()` / `torch.where(p > 0)`."""
+    index = strip_parens(index)
+    if isinstance(index, cst.Name):
+        index = strip_parens(ctx.value_of(index))
+    if isinstance(index, (cst.Comparison, cst.BooleanOperation, cst.BinaryOperation)):
+        return masks.bounds_operand(ctx, index, indexed)
+    if not isinstance(index, cst.Call):
         return False
-    if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("nonzero", "bool"):
-        return True
-    return ctx.qualname(node.func) in ("torch.nonzero", "torch.where")
+    if isinstance(index.func, cst.Attribute) and index.func.attr.value in ("nonzero", "bool"):
+        return same_code(index.func.value, indexed)
+    if ctx.qualname(index.func) in ("torch.nonzero", "torch.where") and index.args:
+        tested = index.args[0].value
+        return same_code(tested, indexed) or masks.bounds_operand(ctx, tested, indexed)
+    return False
 
 
 def kept_off_zero_and_one(ctx: FileContext, p: cst.BaseExpression) -> bool:

@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, dotted_name, is_atom, node_code
 from ..context import strip_parens as _strip_parens
 from ..diagnostics import Edit, Position, Probe
@@ -490,13 +491,6 @@ def _negated(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     return False
 
 
-def _bounded(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    """Log-probabilities (`log_softmax`, `logsigmoid`): at most 0, their `exp` is at most 1."""
-    value = ctx.value_of(expr) if isinstance(expr, cst.Name) else expr
-    op = ctx.op(strip_parens(value))
-    return op is not None and op.name in ("log_softmax", "logsigmoid")
-
-
 def _half_root_is_factory(ctx: FileContext, expr: cst.BaseExpression, depth: int = 6) -> bool:
     """True where the float16 tensor is made by a torch factory (`torch.randn(...,
     dtype=torch.float16)`, `torch.arange(5).half()`): its values are bounded by the call."""
@@ -779,7 +773,9 @@ subtracting the row maximum (or `softmax`) is the better change."""
         if len(op.args) != 1 or op.kwargs:
             return
         argument = op.args[0]
-        if _negated(ctx, argument) or _bounded(ctx, argument):
+        if _negated(ctx, argument) or analysis.value(ctx, argument).hi <= analysis.FLOAT16_EXP_LIMIT:
+            # A decay, log-probabilities (at most 0), a clamp or branch that keeps the
+            # exponent below float16's overflow edge.
             return
         if ctx.precision.half_dtype(argument) != "float16":
             return
