@@ -6,6 +6,7 @@
     analysis.zero_reason(ctx, expr)        # why exact 0 is reachable, with its evidence
     analysis.half_evidence(ctx)            # this function runs in float16/bfloat16, and why
     analysis.no_gradient(ctx, expr)        # why no gradient reaches expr (no_grad, detach, ...)
+    analysis.backward_reaches(ctx, op, x)  # the backward pass evaluates op's derivative at x
     analysis.single_sample_batch(ctx, x)   # x is a mini-batch whose last one can hold 1 sample
     analysis.summarize_module(ctx)         # picklable summaries for a project index
     repairs.repaired_after(ctx, NEG_INF)   # the -inf/NaN assigned here is tested or replaced next
@@ -13,6 +14,7 @@
     dtypes.float16_reason(ctx, tensor)     # why this tensor is float16 here (.half(), autocast matmul...)
     masks.bounds_operand(ctx, cond, x)     # a where condition or patch index keeps x off its singular points
     guards.zeros_removed(ctx, p)           # p[p > 0], masked_fill, where: no zero reaches the log
+    guards.strip_epsilon(ctx, x)           # (A, True) for `A + eps`, `A.clamp(min=eps)`
 
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
 it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
@@ -42,6 +44,7 @@ __all__ = [
     "Evidence", "Value", "FileAnalysis", "ModuleSummary", "FunctionSummary", "ClassSummary",
     "file_analysis", "value", "cite", "zero_reason", "excludes_zero", "half_evidence",
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
+    "differentiated_nodes", "backward_reaches",
     "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
 ]
 
@@ -279,6 +282,25 @@ def cuts_gradient(ctx: FileContext, node: cst.CSTNode) -> bool:
         q = ctx.qualname(arg.value) if arg.keyword is None or arg.keyword.value == "dtype" else None
         return q is not None and _INTEGER_DTYPES.match(q) is not None
     return False
+
+
+def differentiated_nodes(ctx: FileContext, node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+    """`node` and the nodes under it whose gradient reaches it: the walk stops below a node
+    that `cuts_gradient` (a comparison, an integer cast, `detach()`)."""
+    if cuts_gradient(ctx, node):
+        return
+    yield node
+    for child in node.children:
+        yield from differentiated_nodes(ctx, child)
+
+
+def backward_reaches(ctx: FileContext, op_node: cst.BaseExpression, operand: cst.BaseExpression) -> bool:
+    """Whether the backward pass evaluates the derivative of the op at `op_node` at its
+    singular point: its unsafe operand carries a gradient, or, for a division, the numerator
+    does (d(a/b)/da = 1/b is inf at b = 0 even when `b` is a count without gradient)."""
+    op = ctx.op(op_node)
+    inputs = op.args[:2] if op is not None and op.name == "div" else [operand]
+    return not all(no_gradient(ctx, a) for a in inputs)
 
 
 # exp(x) is finite up to here: float16 overflows from 11.09, float32 and bfloat16 from 88.7.

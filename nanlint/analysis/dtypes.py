@@ -6,6 +6,7 @@ dtype, a module made half), a matmul output inside a float16 autocast region (au
 the matmul family in float16 and most other ops in float32), or a matmul output in a project
 that trains in float16. The dtype follows a value through the ops that keep it (`h.abs()`,
 `h * 2`, reshapes, a move to a device); a visible float32 cast ends the question.
+`numpy_array(ctx, expr)` says the value is a NumPy array, which no torch rule concerns.
 """
 
 from __future__ import annotations
@@ -209,4 +210,26 @@ def computed_in_float16(ctx: FileContext, expr: cst.BaseExpression) -> Optional[
     return None
 
 
-__all__ = ["float16_reason", "computed_in_float16"]
+def numpy_array(ctx: FileContext, expr: cst.BaseExpression, env: Optional[dict] = None, depth: int = 4) -> bool:
+    """`expr` is visibly a NumPy array (`np.array(...)`, `a.astype(...)`, `t.numpy()`, indexed
+    or through local names): NumPy statistics are not this linter's business."""
+    if depth <= 0:
+        return False
+    expr = strip_parens(expr)
+    if isinstance(expr, cst.Name):
+        value, env = ctx.resolve(expr, env)
+        expr = strip_parens(value)
+    if isinstance(expr, cst.Subscript):
+        return numpy_array(ctx, expr.value, env, depth - 1)
+    if isinstance(expr, cst.Call):
+        full = ctx.qualname(expr.func)
+        if full is not None:
+            return full.split(".")[0] == "numpy"
+        if isinstance(expr.func, cst.Attribute):
+            if expr.func.attr.value in ("astype", "numpy"):
+                return True
+            return numpy_array(ctx, expr.func.value, env, depth - 1)
+    return False
+
+
+__all__ = ["float16_reason", "computed_in_float16", "numpy_array"]

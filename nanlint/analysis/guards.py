@@ -1,7 +1,10 @@
 """Guards read from the code around a value, where the interval analysis keeps no fact.
 
 Zeros removed by a selection or replaced before a log (`p[p > 0]`, `torch.where`,
-`masked_fill`), a value clamped or softly clipped away from both 0 and 1, the upper clamp of
+`masked_fill`), a value clamped or softly clipped away from both 0 and 1, the value under an
+epsilon guard (`p + eps`, `p.clamp(min=eps)`), a clamp that keeps p below 1, a local changed
+in place after its assignment (`n[n == 0] = 1`, `n.clamp_(min=1)`), factors evidently
+positive (so the log of their product is the sum of their logs), the upper clamp of
 a log-variance (with whether it is float16), the value an attribute such as `self.logvar`
 was given earlier in the same function, vectors that cannot be 0 by construction, a division
 inside a `where` that tests against 0, and an epsilon added in a tuple assignment.
@@ -10,14 +13,17 @@ inside a `where` that tests against 0, and an epsilon added in a tuple assignmen
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
 from . import masks
 from ..context import FileContext, node_code, same_code, strip_parens
 from ..ops import number_value
-from ..ranges import guard, is_guarded
+from ..ranges import guard, is_guarded, positive_constant, probability_source, sign
+
+if TYPE_CHECKING:  # the package imports this module
+    from . import UpperGuard
 
 
 def _assigned(ctx: FileContext, name: cst.Name) -> Optional[cst.BaseExpression]:
@@ -221,7 +227,75 @@ def tuple_guarded(ctx: FileContext, x: cst.BaseExpression) -> bool:
     return any(found)
 
 
+def strip_epsilon(ctx: FileContext, node: cst.BaseExpression) -> Tuple[cst.BaseExpression, bool]:
+    """The value under an epsilon guard and whether there was one: `A + eps` and
+    `A.clamp(min=eps)` / `A.clamp_min(eps)` (no upper bound) give (A, True); anything
+    else (node, False). eps is a positive constant or an epsilon-like name."""
+    op = ctx.op(node)
+    if op is None:
+        return node, False
+    if op.name == "add" and len(op.args) == 2 and not op.kwargs:
+        for i in (0, 1):
+            if positive_constant(ctx, op.args[i]) is not None and positive_constant(ctx, op.args[1 - i]) is None:
+                return op.args[1 - i], True
+    if op.name == "clamp" and op.args and op.arg(2, "max") is None:
+        low = op.arg(1, "min")
+        if low is not None and positive_constant(ctx, low) is not None:
+            return op.args[0], True
+    if op.name == "clamp_min" and len(op.args) == 2:
+        if positive_constant(ctx, op.args[1]) is not None:
+            return op.args[0], True
+    return node, False
+
+
+def clamped_below_one(ctx: FileContext, upper: Optional[UpperGuard]) -> bool:
+    """The guard `analysis.upper_guard` found is a clamp whose bound is a constant below 1:
+    `p.clamp(eps, 1 - eps)`, `torch.clamp(p, max=0.999)`, `p.clamp_max(1 - eps)`, eps of any
+    value (whether the bound survives rounding is `analysis.rounds_to_one`'s question)."""
+    if upper is None or not upper.clamp:
+        return False
+    bound = strip_parens(upper.bound)
+    number = number_value(bound)
+    if number is not None:
+        return number < 1.0
+    op = ctx.op(bound)
+    return (
+        op is not None and op.name == "sub" and len(op.args) == 2 and not op.kwargs
+        and number_value(strip_parens(op.args[0])) == 1.0
+        and positive_constant(ctx, op.args[1]) is not None
+    )
+
+
+def changed_in_place(ctx: FileContext, name: str) -> bool:
+    """The enclosing function changes the local `name` in place or reassigns it through a
+    guard (`n[n == 0] = 1`, `n.clamp_(min=eps)`, `n += eps`, `n = n.clamp(min=1)`): a guard
+    that following the name's last assignment does not see."""
+    function = ctx.enclosing_function()
+    if function is None:
+        return False
+    text = node_code(function)
+    n = re.escape(name)
+    patterns = (
+        rf"\b{n}\s*\[[^\n]*\]\s*=(?!=)",
+        rf"\b{n}\.\w+_\(",
+        rf"\b{n}\s*(\+|-|\*|/|\|)=",
+        rf"\b{n}\s*=\s*[^\n]*\b(clamp|clip|maximum|where|max)\b",
+    )
+    return any(re.search(p, text) for p in patterns)
+
+
+def evidently_positive(ctx: FileContext, p: cst.BaseExpression) -> bool:
+    """Probabilities, exp/softplus outputs, abs/squares/sqrt, clamped or positive values:
+    the log of each factor is defined, so `log(prod(p)) == sum(log(p))` exactly."""
+    if probability_source(ctx, p) is not None:
+        return True
+    if sign(ctx, p) == "nonneg":
+        return True
+    found = guard(ctx, p)
+    return found is not None and found.kind in ("clamp", "positive", "constant")
+
+
 __all__ = [
-    "assigned_earlier", "clamp_upper_bound", "inside_zero_test", "kept_off_zero_and_one",
-    "nonzero_by_construction", "tuple_guarded", "zeros_removed",
+    "assigned_earlier", "changed_in_place", "clamp_upper_bound", "clamped_below_one", "evidently_positive", "inside_zero_test", "kept_off_zero_and_one",
+    "nonzero_by_construction", "strip_epsilon", "tuple_guarded", "zeros_removed",
 ]

@@ -8,10 +8,11 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 
 from .. import analysis
+from ..analysis import guards
 from ..diagnostics import ProbeInput
 from ..context import FileContext, abstract_calls, free_inputs, is_atom, node_code, parenthesize, same_code, strip_parens
 from ..ops import number_value
-from ..ranges import is_guarded, pass_through, positive_constant
+from ..ranges import is_guarded, pass_through
 from .base import SAFE, UNSAFE, Rule
 
 _WITH_LOGITS = "torch.nn.functional.binary_cross_entropy_with_logits"
@@ -78,40 +79,6 @@ def _one_minus(ctx: FileContext, node) -> Optional[Tuple[int, cst.BaseExpression
     return None
 
 
-def _unguard(ctx: FileContext, node) -> Tuple[cst.BaseExpression, bool]:
-    """`A + eps` -> (A, True); `A.clamp(min=eps)` (no max) -> (A, True); else (node, False)."""
-    op = ctx.op(node)
-    if op is None:
-        return node, False
-    if op.name == "add" and len(op.args) == 2 and not op.kwargs:
-        for i in (0, 1):
-            if positive_constant(ctx, op.args[i]) is not None and positive_constant(ctx, op.args[1 - i]) is None:
-                return op.args[1 - i], True
-    if op.name == "clamp" and op.args and op.arg(2, "max") is None:
-        low = op.arg(1, "min")
-        if low is not None and positive_constant(ctx, low) is not None:
-            return op.args[0], True
-    if op.name == "clamp_min" and len(op.args) == 2:
-        if positive_constant(ctx, op.args[1]) is not None:
-            return op.args[0], True
-    return node, False
-
-
-def _below_one(ctx: FileContext, node) -> bool:
-    """A constant < 1: a literal, or `1 - c` with c > 0."""
-    value = number_value(strip_parens(node))
-    if value is not None:
-        return value < 1.0
-    minus = _one_minus(ctx, node)
-    return minus is not None and minus[0] == 1 and positive_constant(ctx, minus[1]) is not None
-
-
-def _upper_guarded(ctx: FileContext, guard: Optional[analysis.UpperGuard]) -> bool:
-    """p is kept below 1 by a clamp (`analysis.upper_guard`): `p.clamp(eps, 1 - eps)`,
-    `torch.clamp(p, max=0.999)`, `p.clamp_max(1 - eps)`, eps of any value."""
-    return guard is not None and guard.clamp and _below_one(ctx, guard.bound)
-
-
 @dataclass
 class HandBCE:
     """`y * log(p) + (1 - y) * log(1 - p)` (`sign` +1) or its negation (`sign` -1)."""
@@ -158,7 +125,7 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
             pop = ctx.op(log_p)
             if pop.name != "log":
                 continue
-            p, guard_p = _unguard(ctx, pop.args[0])
+            p, guard_p = guards.strip_epsilon(ctx, pop.args[0])
             for s2, coef, log_q in q_readings:
                 minus = _one_minus(ctx, coef)
                 if minus is None or not same_code(minus[1], y) or s1 != s2 * minus[0]:
@@ -170,7 +137,7 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                         continue
                     guard_q = False
                 else:
-                    q, guard_q = _unguard(ctx, qop.args[0])
+                    q, guard_q = guards.strip_epsilon(ctx, qop.args[0])
                     one_minus = _one_minus(ctx, q)
                     if one_minus is None or one_minus[0] != 1:
                         continue
@@ -189,7 +156,7 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     sign=s1,
                     logs=(log_p, log_q),
                     guarded_p=guard_p or bounds.lo > 0 or is_guarded(ctx, p),
-                    guarded_q=guard_q or ((bounds.hi < 1 or _upper_guarded(ctx, guard)) and absorbed is None),
+                    guarded_q=guard_q or ((bounds.hi < 1 or guards.clamped_below_one(ctx, guard)) and absorbed is None),
                     absorbed=absorbed,
                 )
     return None

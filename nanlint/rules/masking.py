@@ -120,24 +120,6 @@ def _descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
         yield from _descendants(child)
 
 
-def _grad_descendants(ctx: FileContext, node: cst.CSTNode) -> Iterable[cst.CSTNode]:
-    """The nodes under `node` whose gradient reaches it (not below an integer cast)."""
-    if analysis.cuts_gradient(ctx, node):
-        return
-    yield node
-    for child in node.children:
-        yield from _grad_descendants(ctx, child)
-
-
-def _gradient_reaches(ctx: FileContext, sub: cst.BaseExpression, operand: cst.BaseExpression) -> bool:
-    """Whether the backward pass reaches the singular op `sub`: its unsafe operand carries a
-    gradient, or, for a division, the numerator does (d(a/b)/da = 1/b is inf at b = 0 even
-    when `b` is a count without gradient)."""
-    op = ctx.op(sub)
-    inputs = op.args[:2] if op is not None and op.name == "div" else [operand]
-    return not all(analysis.no_gradient(ctx, a) for a in inputs)
-
-
 class WhereUnsafeBranch(Rule):
     code = "NAN112"
     fails_in = 'all (gradient)'
@@ -271,17 +253,17 @@ variable, the finding comes without a fix.
         for branch, taken_when_true in ((when_true, True), (when_false, False)):
             if _non_finite_filler(ctx, when_false if taken_when_true else when_true):
                 continue
-            candidates = list(_grad_descendants(ctx, branch))
+            candidates = list(analysis.differentiated_nodes(ctx, branch))
             bare = strip_parens(branch)
             value = ctx.value_of(bare)
             if value is not bare:
-                candidates += list(_grad_descendants(ctx, value))
+                candidates += list(analysis.differentiated_nodes(ctx, value))
             for sub in candidates:
                 found = _unsafe_operand(ctx, sub)
                 if found is None:
                     continue
                 what, operand = found
-                if _guards_itself(ctx, operand) or not _gradient_reaches(ctx, sub, operand):
+                if _guards_itself(ctx, operand) or not analysis.backward_reaches(ctx, sub, operand):
                     continue
                 if not masks.bounds_operand(ctx, cond, operand):
                     continue
@@ -327,12 +309,12 @@ variable, the finding comes without a fix.
         computed = ctx.value_of(patched, 1)
         if computed is patched or analysis.no_gradient(ctx, patched):
             return
-        for sub in _grad_descendants(ctx, computed):
+        for sub in analysis.differentiated_nodes(ctx, computed):
             found = _unsafe_operand(ctx, sub)
             if found is None:
                 continue
             what, operand = found
-            if _guards_itself(ctx, operand) or not _gradient_reaches(ctx, sub, operand):
+            if _guards_itself(ctx, operand) or not analysis.backward_reaches(ctx, sub, operand):
                 continue
             # The patched points are the ones the op's value is discarded at.
             if not masks.bounds_operand(ctx, cond, operand) or not masks.singular_points_discarded(ctx, cond, operand, what, False):

@@ -7,7 +7,6 @@ cosine past 1 (and has an infinite derivative at exactly ±1).
 
 from __future__ import annotations
 
-import re
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import libcst as cst
@@ -48,23 +47,6 @@ def _canon(ctx: FileContext, node: cst.BaseExpression, env: Env = None) -> str:
     if isinstance(strip_parens(node), cst.Tuple) and not text.startswith("("):
         text = f"({text})"
     return text
-
-
-def _mutated_later(ctx: FileContext, name: str) -> bool:
-    """True where the enclosing function changes `name` in place (`n[n == 0] = 1`,
-    `n.clamp_(min=eps)`, `n += eps`): a guard that value-following does not see."""
-    function = ctx.enclosing_function()
-    if function is None:
-        return False
-    text = node_code(function)
-    n = re.escape(name)
-    patterns = (
-        rf"\b{n}\s*\[[^\n]*\]\s*=(?!=)",
-        rf"\b{n}\.\w+_\(",
-        rf"\b{n}\s*(\+|-|\*|/|\|)=",
-        rf"\b{n}\s*=\s*[^\n]*\b(clamp|clip|maximum|where|max)\b",
-    )
-    return any(re.search(p, text) for p in patterns)
 
 
 # ---------------------------------------------------------------------- NAN109
@@ -663,7 +645,7 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
         if not known or dim is None or (isinstance(dim, cst.Name) and dim.value == "None"):
             return
         held = strip_parens(denominator)
-        if isinstance(held, cst.Name) and _mutated_later(ctx, held.value):
+        if isinstance(held, cst.Name) and guards.changed_in_place(ctx, held.value):
             return
         if repairs.repaired_after(ctx, repairs.NAN) or guards.inside_zero_test(ctx, node, denominator):
             return

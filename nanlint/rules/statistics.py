@@ -13,8 +13,8 @@ import libcst as cst
 from .. import analysis
 from ..context import FileContext, is_atom, node_code, same_code, strip_parens
 from ..ops import Op, number_value
-from ..ranges import guard, probability_source, sign
-from ..analysis import conditions, guards
+from ..ranges import guard
+from ..analysis import conditions, dtypes, guards
 from .base import SAFE, UNSAFE, Rule
 
 Env = Optional[dict]
@@ -64,25 +64,6 @@ def _squared(ctx: FileContext, expr: cst.BaseExpression) -> Optional[cst.BaseExp
 # --------------------------------------------------------------------------- NAN205
 
 
-def _numpy_origin(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: int = 4) -> bool:
-    """`expr` is visibly a NumPy array (`np.array(...)`, `a.astype(...)`, `t.numpy()`, indexed
-    or through local names): NumPy statistics are not this linter's business."""
-    if depth <= 0:
-        return False
-    expr, env, _ = _resolve(ctx, expr, env)
-    if isinstance(expr, cst.Subscript):
-        return _numpy_origin(ctx, expr.value, env, depth - 1)
-    if isinstance(expr, cst.Call):
-        full = ctx.qualname(expr.func)
-        if full is not None:
-            return full.split(".")[0] == "numpy"
-        if isinstance(expr.func, cst.Attribute):
-            if expr.func.attr.value in ("astype", "numpy"):
-                return True
-            return _numpy_origin(ctx, expr.func.value, env, depth - 1)
-    return False
-
-
 def _spread(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: int = _DEPTH) -> Optional[str]:
     """"var" or "std" where `expr` is visibly a variance / standard deviation with nothing
     keeping it away from 0 (`x.var()`, `torch.std(x, 1)`, `torch.var_mean(x)[0]`,
@@ -107,7 +88,7 @@ def _spread(ctx: FileContext, expr: cst.BaseExpression, env: Env = None, depth: 
     if op is None:
         return None
     if op.name in ("var", "std"):
-        return None if _numpy_origin(ctx, op.args[0], env) else op.name
+        return None if dtypes.numpy_array(ctx, op.args[0], env) else op.name
     if op.name == "mean" and op.args:
         squared, senv, _ = _resolve(ctx, op.args[0], env)
         base = _squared(ctx, squared)
@@ -470,17 +451,6 @@ no fix.
 # --------------------------------------------------------------------------- NAN117
 
 
-def _evidently_positive(ctx: FileContext, p: cst.BaseExpression) -> bool:
-    """Probabilities, exp/softplus outputs, abs/squares/sqrt, clamped or positive values:
-    the log of each factor is defined, so `log(prod(p)) == sum(log(p))` exactly."""
-    if probability_source(ctx, p) is not None:
-        return True
-    if sign(ctx, p) == "nonneg":
-        return True
-    found = guard(ctx, p)
-    return found is not None and found.kind in ("clamp", "positive", "constant")
-
-
 class LogOfProd(Rule):
     code = "NAN117"
     untuned_precision = (
@@ -557,7 +527,7 @@ with `dtype=` and one reached through a local variable are reported without a fi
         if prod is None or prod.name != "prod" or not prod.args:
             return
         p = prod.args[0]
-        positive = _evidently_positive(ctx, p)
+        positive = guards.evidently_positive(ctx, p)
         edits: Tuple = ()
         rest_src = [ctx.code(a) for a in prod.args[1:]] + [
             f"{k}={ctx.code(v)}" for k, v in prod.kwargs.items()
@@ -853,7 +823,7 @@ factor sqrt((n - 1) / n) elsewhere; `drop_last=True` on the loader drops the sam
         x = op.args[0]
         if not batch_axis and not _per_sample(ctx, x):
             return
-        if op.style == "method" and _numpy_origin(ctx, x):
+        if op.style == "method" and dtypes.numpy_array(ctx, x):
             return  # NumPy's std/var default to ddof=0: one row gives 0, not NaN
         reason = analysis.single_sample_batch(ctx, x)
         if reason is None or analysis.has_many(ctx, x):
