@@ -118,7 +118,10 @@ wherever p > 0.
 A softmax or sigmoid output is not reported here: its zeros come from underflow, and NAN102 /
 NAN103 already report `log(softmax(x))` / `log(sigmoid(x))`, whose rewrite (`log_softmax`,
 `logsigmoid`) keeps `p * log_p` finite (0 * -120, not 0 * -inf). A p with no visible origin
-(a function parameter `probs`) is not reported either: the rule does not guess.
+(a function parameter `probs`) is not reported either: the rule does not guess. Nor is p
+after a selection that tests p itself (`p[p > 0]`, `p[p.nonzero(as_tuple=True)]`, a local
+`keep = p != 0`) or a `torch.where`/`masked_fill` that replaces its zeros; a selection by
+anything else (`p[labels == c]`, `p[valid.bool()]`) keeps p's zeros and is reported.
 """
     example = """\
 ```python
