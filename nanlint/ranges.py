@@ -584,29 +584,48 @@ def can_be_zero(
 
 
 def selects_positive(ctx: FileContext, expr: cst.Subscript, env: Env = None) -> bool:
-    """`p[p > 0]`, `p[mask]` with `mask = p > 0` (also `!= 0`, `> eps`, `>= c` with c > 0):
-    the boolean index keeps only nonzero entries, so the result has no zeros."""
-    for element in expr.slice:
-        index = element.slice
-        if not isinstance(index, cst.Index):
-            continue
-        value, _ = _resolve(ctx, index.value, env)
-        if not isinstance(value, cst.Comparison) or len(value.comparisons) != 1:
-            continue
-        if node_code(strip_parens(value.left)) != node_code(strip_parens(expr.value)):
-            continue  # `p[q > 0]` says nothing about the zeros of p
-        target = value.comparisons[0]
-        bound = strip_parens(target.comparator)
-        number = number_value(bound)
-        if isinstance(target.operator, cst.NotEqual) and number == 0:
-            return True
-        if isinstance(target.operator, cst.GreaterThan) and (
-            number == 0 or positive_constant(ctx, bound, env) is not None
-        ):
-            return True
-        if isinstance(target.operator, cst.GreaterThanEqual) and positive_constant(ctx, bound, env) is not None:
-            return True
-    return False
+    """`p[p > 0]`, `p[mask]` with `mask = p > 0` (also `!= 0`, `> eps`, `>= c` with c > 0, and
+    such a test joined to another with `&`), `p[p.nonzero(as_tuple=True)]`, `p[p.bool()]`,
+    `p[torch.nonzero(p, as_tuple=True)]`: the index keeps only nonzero entries of p, so the
+    result has no zeros. A test of anything but p (`p[q > 0]`, `p[labels == c]`) says
+    nothing about p's zeros."""
+    return any(
+        isinstance(element.slice, cst.Index) and _keeps_nonzero(ctx, element.slice.value, expr.value, env)
+        for element in expr.slice
+    )
+
+
+def _keeps_nonzero(ctx: FileContext, index: cst.BaseExpression, indexed: cst.BaseExpression,
+                   env: Env, depth: int = 3) -> bool:
+    if depth <= 0:
+        return False
+    value, env = _resolve(ctx, index, env)
+    value = strip_parens(value)
+    p = node_code(strip_parens(indexed))
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.BitAnd):
+        return any(_keeps_nonzero(ctx, side, indexed, env, depth - 1) for side in (value.left, value.right))
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("nonzero", "bool") \
+                and ctx.qualname(func) is None:
+            return node_code(strip_parens(func.value)) == p
+        if ctx.qualname(func) == "torch.nonzero" and value.args:
+            return node_code(strip_parens(value.args[0].value)) == p
+        return False
+    if not isinstance(value, cst.Comparison) or len(value.comparisons) != 1:
+        return False
+    if node_code(strip_parens(value.left)) != p:
+        return False
+    target = value.comparisons[0]
+    bound = strip_parens(target.comparator)
+    number = number_value(bound)
+    if isinstance(target.operator, cst.NotEqual) and number == 0:
+        return True
+    if isinstance(target.operator, cst.GreaterThan) and (
+        number == 0 or positive_constant(ctx, bound, env) is not None
+    ):
+        return True
+    return isinstance(target.operator, cst.GreaterThanEqual) and positive_constant(ctx, bound, env) is not None
 
 
 # --------------------------------------------------------------------------- for fixes

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
-from . import masks
-from ..context import FileContext, node_code, same_code, strip_parens
+from ..context import FileContext, node_code, strip_parens
 from ..ops import number_value
-from ..ranges import guard, is_guarded, positive_constant, probability_source, sign
+from ..ranges import guard, is_guarded, positive_constant, probability_source, selects_positive, sign
 
 if TYPE_CHECKING:  # the package imports this module
     from . import UpperGuard
@@ -45,10 +44,7 @@ def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
                 return False
             continue
         if isinstance(expr, cst.Subscript):
-            if any(
-                isinstance(element.slice, cst.Index) and _selects_nonzero(ctx, element.slice.value, expr.value)
-                for element in expr.slice
-            ):
+            if selects_positive(ctx, expr):
                 return True
             expr = expr.value
             continue
@@ -61,25 +57,6 @@ def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
             ):
                 return True
         return False
-    return False
-
-
-def _selects_nonzero(ctx: FileContext, index: cst.BaseExpression, indexed: cst.BaseExpression) -> bool:
-    """The index keeps only entries of `indexed` that a test of `indexed` itself passed: a
-    comparison against a threshold (`p > 0`, `p != 0`, `p > eps`, held in a local name), or
-    `p.nonzero()` / `torch.nonzero(p)` / `p.bool()` / `torch.where(p > 0)`."""
-    index = strip_parens(index)
-    if isinstance(index, cst.Name):
-        index = strip_parens(ctx.value_of(index))
-    if isinstance(index, (cst.Comparison, cst.BooleanOperation, cst.BinaryOperation)):
-        return masks.bounds_operand(ctx, index, indexed)
-    if not isinstance(index, cst.Call):
-        return False
-    if isinstance(index.func, cst.Attribute) and index.func.attr.value in ("nonzero", "bool"):
-        return same_code(index.func.value, indexed)
-    if ctx.qualname(index.func) in ("torch.nonzero", "torch.where") and index.args:
-        tested = index.args[0].value
-        return same_code(tested, indexed) or masks.bounds_operand(ctx, tested, indexed)
     return False
 
 
