@@ -139,6 +139,20 @@ def _fp32_cast(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     )
 
 
+def evidently_float16(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """`expr` is float16 by what the code shows, followed through the ops that keep a dtype
+    outside autocast (`x.clamp(max=c)`, `x - m`, `-x`, `x[i]`, reshapes, local names): a
+    `.half()`, a float16 dtype, a module made half. A float32 cast or a bfloat16 source on
+    the way ends the question."""
+    for source in _dtype_sources(ctx, expr, False):
+        if _fp32_cast(ctx, source):
+            return False
+        dtype = ctx.precision.half_dtype(source)
+        if dtype is not None:
+            return dtype == "float16"
+    return False
+
+
 def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_op: bool = False) -> Optional[str]:
     """Why `tensor` is float16 here, or None: evidently float16 (`.half()`, a float16 dtype,
     a module made half); inside a float16 autocast region, a matmul output (autocast keeps
@@ -232,4 +246,4 @@ def numpy_array(ctx: FileContext, expr: cst.BaseExpression, env: Optional[dict] 
     return False
 
 
-__all__ = ["float16_reason", "computed_in_float16", "numpy_array"]
+__all__ = ["float16_reason", "computed_in_float16", "evidently_float16", "numpy_array"]

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 from .. import analysis
+from ..analysis import dtypes
 from ..context import FileContext, dotted_name, is_atom, node_code
 from ..context import strip_parens as _strip_parens
 from ..diagnostics import Edit, Position, Probe
@@ -777,7 +778,7 @@ subtracting the row maximum (or `softmax`) is the better change."""
             # A decay, log-probabilities (at most 0), a clamp or branch that keeps the
             # exponent below float16's overflow edge.
             return
-        if ctx.precision.half_dtype(argument) != "float16":
+        if not dtypes.evidently_float16(ctx, argument):
             return
         if _half_root_is_factory(ctx, argument):
             return
