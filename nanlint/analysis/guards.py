@@ -273,6 +273,7 @@ def evidently_positive(ctx: FileContext, p: cst.BaseExpression) -> bool:
 
 
 __all__ = [
-    "assigned_earlier", "changed_in_place", "clamp_upper_bound", "clamped_below_one", "evidently_positive", "inside_zero_test", "kept_off_zero_and_one",
-    "nonzero_by_construction", "strip_epsilon", "tuple_guarded", "zeros_removed",
+    "assigned_earlier", "changed_in_place", "clamp_upper_bound", "clamped_below_one",
+    "evidently_positive", "inside_zero_test", "kept_off_zero_and_one", "nonzero_by_construction",
+    "strip_epsilon", "tuple_guarded", "zeros_removed",
 ]
