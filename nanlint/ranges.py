@@ -45,7 +45,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
-from .context import Binding, FileContext, dotted_name, node_code, strip_parens
+from .context import Binding, FileContext, dotted_name, node_code, same_code, strip_parens
 from .ops import FINFO_FUNCTIONS, number_value, split_args
 
 # At or below this, a literal rounds to 0 in float16 (half the smallest subnormal, 2**-24;
@@ -601,20 +601,19 @@ def _keeps_nonzero(ctx: FileContext, index: cst.BaseExpression, indexed: cst.Bas
         return False
     value, env = _resolve(ctx, index, env)
     value = strip_parens(value)
-    p = node_code(strip_parens(indexed))
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.BitAnd):
         return any(_keeps_nonzero(ctx, side, indexed, env, depth - 1) for side in (value.left, value.right))
     if isinstance(value, cst.Call):
         func = value.func
         if isinstance(func, cst.Attribute) and func.attr.value in ("nonzero", "bool") \
                 and ctx.qualname(func) is None:
-            return node_code(strip_parens(func.value)) == p
+            return same_code(func.value, indexed)
         if ctx.qualname(func) == "torch.nonzero" and value.args:
-            return node_code(strip_parens(value.args[0].value)) == p
+            return same_code(value.args[0].value, indexed)
         return False
     if not isinstance(value, cst.Comparison) or len(value.comparisons) != 1:
         return False
-    if node_code(strip_parens(value.left)) != p:
+    if not same_code(value.left, indexed):
         return False
     target = value.comparisons[0]
     bound = strip_parens(target.comparator)
