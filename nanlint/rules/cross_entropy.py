@@ -630,7 +630,9 @@ tensors runs in float16, whose largest finite value is 65504:
 - `exp(x)` is `inf` from x = 11.09 on, and its gradient with it. Trained classifiers and
   language models produce logits above 11 routinely; float32 holds until 88.7. The rule
   reports `exp` of a float16 tensor (a `.half()` conversion, a float16 module's output, a
-  view of one) that is not shifted by its maximum or negated first;
+  view of one, or one of these scaled, clamped or shifted: `out.clamp(max=20)`,
+  `out / temperature`) that is not shifted by its maximum, negated, or bounded below 11
+  first (`out.clamp(max=10).exp()` is at most 22026);
 - a full `.sum()` of float16 log-probabilities (`-(one_hot * log_softmax(x)).sum()`,
   `-log_probs.gather(1, y[:, None]).sum()`, or the `reduction="none"` output of a float16
   cross-entropy) is `inf` once the summed loss passes 65504: 6,600 tokens at a loss of 10.
