@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
+from .. import analysis
 from ..context import FileContext, node_code, strip_parens
 from ..diagnostics import Edit, Probe
 from ..loss_calls import Criteria, LossCall, loss_input, match_loss_call, record_criterion
@@ -19,8 +20,6 @@ from .base import UNSAFE, Rule
 
 _KL_FUNCTION = "torch.nn.functional.kl_div"
 _KL_MODULES = {"torch.nn.KLDivLoss", "torch.nn.modules.loss.KLDivLoss"}
-_SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
-_SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
 _LOG_SOFTMAX = {
     "torch.softmax": "torch.log_softmax",
     "torch.nn.functional.softmax": "torch.nn.functional.log_softmax",
@@ -35,12 +34,16 @@ class _Probabilities:
     """Where a loss input evidently holds probabilities."""
 
     def __init__(self, node: cst.BaseExpression, kind: str, softmax: Optional[cst.Call],
-                 through_local: bool, model: Optional[str] = None) -> None:
+                 evidence: str = "") -> None:
         self.node = node  # the loss input as written
         self.kind = kind  # "softmax" or "sigmoid"
         self.softmax = softmax  # the softmax call written in place (fixable), else None
-        self.through_local = through_local
-        self.model = model  # a model ending in nn.Softmax, by name
+        self.evidence = evidence  # where the analysis saw it made, for a value made elsewhere
+
+    def described(self) -> str:
+        """`a softmax output`, with where it came from when it is not written in place."""
+        what = f"a {self.kind} output"
+        return f"{what} ({self.evidence})" if self.evidence else what
 
 
 def _probability_op(ctx: FileContext, expr: cst.BaseExpression):
@@ -54,72 +57,20 @@ def _probability_op(ctx: FileContext, expr: cst.BaseExpression):
     return None
 
 
-def _is_softmax_model(ctx: FileContext, value) -> bool:
-    """`nn.Sequential(..., nn.Softmax(dim=...))`."""
-    if not isinstance(value, cst.Call) or ctx.qualname(value.func) not in _SEQUENTIAL:
-        return False
-    if any(a.star for a in value.args):
-        return False
-    positional = [a.value for a in value.args if a.keyword is None]
-    if not positional:
-        return False
-    last = positional[-1]
-    return isinstance(last, cst.Call) and ctx.qualname(last.func) in _SOFTMAX_MODULES
-
-
-def probabilities(ctx: FileContext, expr: cst.BaseExpression, models) -> Optional[_Probabilities]:
-    """The loss input `expr` is a softmax/sigmoid output: written in place, or held by a local
-    name assigned once from one, or the output of a model built as `nn.Sequential(...,
-    nn.Softmax())` in this file."""
+def probabilities(ctx: FileContext, expr: cst.BaseExpression) -> Optional[_Probabilities]:
+    """The loss input `expr` is a softmax/sigmoid output: written in place (the fix can
+    rewrite it), or made elsewhere as far as the value-flow analysis follows it (a local, a
+    helper or method that returns one, a model whose `forward` or last `nn.Sequential` layer
+    is a softmax, a module held in an attribute). A softmax that was indexed or reshaped
+    since is no longer a whole distribution over the classes: not matched."""
     found = _probability_op(ctx, expr)
     if found is not None:
-        kind, op = found
-        return _Probabilities(expr, kind, strip_parens(expr) if kind == "softmax" else None, False)
-    bare = strip_parens(expr)
-    if isinstance(bare, cst.Name):
-        value = ctx.value_of(bare)
-        if value is not bare:
-            found = _probability_op(ctx, value)
-            if found is not None:
-                return _Probabilities(expr, found[0], None, True)
-            bare = strip_parens(value)
-    if isinstance(bare, cst.Call) and isinstance(bare.func, (cst.Name, cst.Attribute)):
-        held = models.held(ctx, bare.func)
-        if held is not None and _is_softmax_model(ctx, held):
-            return _Probabilities(expr, "softmax", None, False, model=node_code(bare.func))
+        kind, _ = found
+        return _Probabilities(expr, kind, strip_parens(expr) if kind == "softmax" else None)
+    v = analysis.value(ctx, expr)
+    if v.prob == "sigmoid" or (v.prob == "softmax" and v.simplex_dim is not None):
+        return _Probabilities(expr, v.prob, None, analysis.cite(ctx, v))
     return None
-
-
-class _Models:
-    """`self.net = nn.Sequential(...)` / module-level `model = nn.Sequential(...)`, to know
-    which calls return a final Softmax's output. A name bound to two kinds of value is unknown."""
-
-    def __init__(self) -> None:
-        self.values = {}
-
-    def record(self, ctx: FileContext, node: cst.Assign) -> None:
-        for target in node.targets:
-            t = target.target
-            key = None
-            if isinstance(t, cst.Name) and len(ctx.scopes) == 1:
-                key = ("", t.value)
-            elif isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
-                key = (ctx.enclosing_class() or "", t.attr.value)
-            if key is not None:
-                self.values.setdefault(key, []).append(node.value)
-
-    def held(self, ctx: FileContext, func: cst.BaseExpression):
-        if isinstance(func, cst.Name):
-            if ctx.binding(func.value) is not None:
-                return None
-            values = self.values.get(("", func.value))
-        elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-            values = self.values.get((ctx.enclosing_class() or "", func.attr.value))
-        else:
-            return None
-        if not values or len({_is_softmax_model(ctx, v) for v in values}) != 1:
-            return None
-        return values[0]
 
 
 def _kl_module(ctx: FileContext, node) -> Optional[cst.Call]:
@@ -255,18 +206,18 @@ torch 2.13, CPU, float32. 4,096 rows of 10 classes, `q = softmax(2 * randn)`, st
     fix_notes = (
         "`softmax(x, d)` written in place becomes `log_softmax(x, d)` in the same spelling "
         "(`F.softmax` -> `F.log_softmax`, `x.softmax(d)` -> `x.log_softmax(d)`). A sigmoid "
-        "input, a local name, or a model ending in `nn.Softmax` is reported without a fix.\n\n"
+        "input, or probabilities made elsewhere (a local name, a helper or method that returns "
+        "them, a model whose `forward` or last layer is a softmax) are reported without a fix; "
+        "the message says where they were made.\n\n"
         + _WRONG_QUANTITY_NOTE
     )
     references = ("https://pytorch.org/docs/stable/generated/torch.nn.functional.kl_div.html",)
 
     def __init__(self) -> None:
         self._criteria = _KLCriteria()
-        self._models = _Models()
 
     def leave_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
         self._criteria.record(ctx, node)
-        self._models.record(ctx, node)
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
         kind = self._criteria.matches(ctx, node.func)
@@ -275,15 +226,14 @@ torch 2.13, CPU, float32. 4,096 rows of 10 classes, `q = softmax(2 * randn)`, st
         first = _first_arg(node)
         if first is None:
             return
-        probs = probabilities(ctx, first, self._models)
+        probs = probabilities(ctx, first)
         if probs is None:
             return
         edits: Tuple[Edit, ...] = ()
         if probs.softmax is not None:
             edits = _to_log_softmax(ctx, probs.softmax)
-        what = f"the output of `{probs.model}`, which ends in `nn.Softmax`" if probs.model else f"a {probs.kind} output"
         message = (
-            f"`kl_div` takes log-probabilities as its input but is given {what}: it computes "
+            f"`kl_div` takes log-probabilities as its input but is given {probs.described()}: it computes "
             "sum(q * (log q - p)), which is not a divergence, can be negative, and has a gradient "
             f"about 1e4 times too small; pass {'`log_softmax`' if probs.kind == 'softmax' else 'log-probabilities'} instead"
         )
@@ -297,17 +247,15 @@ class _OnSoftmax(Rule):
 
     def __init__(self) -> None:
         self._criteria = Criteria()
-        self._models = _Models()
 
     def leave_Assign(self, node: cst.Assign, ctx: FileContext) -> None:
         record_criterion(ctx, node, self._criteria)
-        self._models.record(ctx, node)
 
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
         loss = match_loss_call(ctx, node, self._criteria)
         if loss is None or loss.kind != self.loss_kind or any(a.star for a in node.args):
             return
-        probs = probabilities(ctx, loss.logits, self._models)
+        probs = probabilities(ctx, loss.logits)
         if probs is None or probs.kind != "softmax":
             return
         self.check(loss, probs, ctx)
@@ -367,9 +315,11 @@ Confidently wrong: one row with logit `m` on class 0, 0 elsewhere, target class 
 | confidently wrong, m = 20 | 20.0 | -2.1e-9 | 1.41 | 2.9e-9 |
 """
     fix_notes = (
-        "`softmax(x, d)` written in place becomes `log_softmax(x, d)` in the same spelling. A "
-        "local name or a model ending in `nn.Softmax` is reported without a fix (the "
-        "probabilities may be used elsewhere; drop the final Softmax and use `cross_entropy`).\n\n"
+        "`softmax(x, d)` written in place becomes `log_softmax(x, d)` in the same spelling. "
+        "Probabilities made elsewhere (a local name, a helper or method that returns them, a "
+        "model whose `forward` or last layer is a softmax) are reported without a fix, with "
+        "where they were made (they may be used elsewhere too; return log-probabilities there, "
+        "or logits and use `cross_entropy`).\n\n"
         + _WRONG_QUANTITY_NOTE
     )
     references = ("https://pytorch.org/docs/stable/generated/torch.nn.functional.nll_loss.html",)
@@ -379,12 +329,12 @@ Confidently wrong: one row with logit `m` on class 0, 0 elsewhere, target class 
         if probs.softmax is not None:
             edits = _to_log_softmax(ctx, probs.softmax)
         message = None
-        if probs.model is not None:
+        if probs.evidence:
             message = (
-                f"`nll_loss` takes log-probabilities but is given the output of `{probs.model}`, "
-                "which ends in `nn.Softmax`: it returns -p[target], a value in [-1, 0] whose "
-                "gradient vanishes as predictions grow confident; use `nn.LogSoftmax` as the "
-                "last layer (or drop it and use `cross_entropy`)"
+                f"`nll_loss` takes log-probabilities but is given {probs.described()}: it "
+                "returns -p[target], a value in [-1, 0] whose gradient vanishes as predictions "
+                "grow confident; return `log_softmax` there (or `nn.LogSoftmax` as a model's last "
+                "layer), or return the logits and use `cross_entropy`"
             )
         ctx.report(self, loss.call, message=message, edits=edits, probe=_harness(self.loss_kind))
 
@@ -442,9 +392,12 @@ one-hot probability vector on its own class.
 | floor, C = 10 / 1,000 / 32,000 | 0 | 1.461 / 5.909 / 9.374 | | |
 """
     fix_notes = (
-        "`cross_entropy(softmax(x, d), y)` written in place becomes `cross_entropy(x, y)`. A "
-        "local name or a model ending in `nn.Softmax` is reported without a fix (remove the "
-        "final Softmax from the model, and apply softmax where probabilities are needed).\n\n"
+        "`cross_entropy(softmax(x, d), y)` written in place becomes `cross_entropy(x, y)`. "
+        "Probabilities made elsewhere (a local name, a helper or method that returns them, a "
+        "model whose `forward` or last layer is a softmax) are reported without a fix, with "
+        "where they were made (return the logits there, and apply softmax where probabilities "
+        "are needed). A softmax that only runs outside training (`if not self.training:`) is "
+        "not reported: the loss sees the logits.\n\n"
         + _WRONG_QUANTITY_NOTE
     )
     references = (
@@ -458,11 +411,11 @@ one-hot probability vector on its own class.
             logits = ctx.op(probs.softmax).args[0]
             edits = (ctx.replace(probs.softmax, node_code(strip_parens(logits))),)
         message = None
-        if probs.model is not None:
+        if probs.evidence:
             message = (
-                f"`cross_entropy` applies log_softmax itself but is given the output of "
-                f"`{probs.model}`, which ends in `nn.Softmax`: the softmax is applied twice, the "
-                "loss cannot go below log(C - 1 + e) - 1 and gradients shrink 10x to 1e8x; "
-                "remove the final Softmax"
+                f"`cross_entropy` applies log_softmax itself but is given {probs.described()}: "
+                "the softmax is applied twice, the loss cannot go below log(C - 1 + e) - 1 and "
+                "gradients shrink 10x to 1e8x; pass the logits (drop the softmax where they are "
+                "made, or a model's final `nn.Softmax`)"
             )
         ctx.report(self, loss.call, message=message, edits=edits, probe=_harness(self.loss_kind))
