@@ -18,8 +18,6 @@ from .base import SAFE, UNSAFE, Rule
 _WITH_LOGITS = "torch.nn.functional.binary_cross_entropy_with_logits"
 _BCE_FUNCTIONAL = {"torch.nn.functional.binary_cross_entropy"}
 _BCE_MODULES = {"torch.nn.BCELoss", "torch.nn.modules.loss.BCELoss"}
-_SIGMOID_MODULES = {"torch.nn.Sigmoid", "torch.nn.modules.activation.Sigmoid"}
-_SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
 # Where a leading minus needs no parentheses: the whole value of a statement or argument.
 _LOOSE_PARENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return, cst.Arg, cst.Expr)
 
@@ -548,17 +546,6 @@ def _is_bce_module(ctx: FileContext, value) -> bool:
     return isinstance(value, cst.Call) and ctx.qualname(value.func) in _BCE_MODULES
 
 
-def _is_sigmoid_model(ctx: FileContext, value) -> bool:
-    """`nn.Sequential(..., nn.Sigmoid())`."""
-    if not isinstance(value, cst.Call) or ctx.qualname(value.func) not in _SEQUENTIAL:
-        return False
-    positional = [a.value for a in value.args if a.keyword is None and not a.star]
-    if not positional or any(a.star for a in value.args):
-        return False
-    last = positional[-1]
-    return isinstance(last, cst.Call) and ctx.qualname(last.func) in _SIGMOID_MODULES
-
-
 class BCEOnSigmoid(Rule):
     code = "NAN302"
     untuned_precision = (
@@ -652,8 +639,9 @@ indexing after the sigmoid move onto the logits
 is followed when its logits can be reused at the call (no call inside them, nothing rebound).
 
 No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` then
-`self.crit(torch.sigmoid(z), y)`), or where the probability comes from a model ending in
-`nn.Sigmoid()`: the model, the criterion and every other use of them must change together.
+`self.crit(torch.sigmoid(z), y)`), or where the probability is made out of sight (a model
+whose `forward` or last layer is a sigmoid, a helper that returns one; the message cites where):
+the model, the criterion and every other use of them must change together.
 """
     references = (
         "https://pytorch.org/docs/stable/generated/torch.nn.BCELoss.html",
@@ -697,24 +685,8 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
             return None
         if not values or any(v is None for v in values):
             return None
-        kinds = {(_is_bce_module(ctx, v), _is_sigmoid_model(ctx, v)) for v in values}
+        kinds = {_is_bce_module(ctx, v) for v in values}
         return values[0] if len(kinds) == 1 else None
-
-    def _model_with_sigmoid(self, ctx: FileContext, expr) -> Optional[str]:
-        """The model's name where `expr` is (an indexed/reshaped) output of a model that ends
-        in `nn.Sigmoid()`."""
-        for _ in range(8):
-            expr, _env = ctx.resolve(strip_parens(expr), None)
-            expr = strip_parens(expr)
-            if isinstance(expr, cst.Call) and not isinstance(expr.func, cst.Call):
-                held = self._held(ctx, expr.func) if isinstance(expr.func, (cst.Name, cst.Attribute)) else None
-                if held is not None and _is_sigmoid_model(ctx, held):
-                    return node_code(expr.func)
-            inner = pass_through(ctx, expr)
-            if inner is None:
-                return None
-            expr = inner
-        return None
 
     # ----------------------------------------------------------------- matching
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
@@ -742,10 +714,9 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
             return
         x = node.args[input_index].value
         leaf = self._sigmoid_leaf(ctx, x)
-        model = None if leaf is not None else self._model_with_sigmoid(ctx, x)
         made_elsewhere = None
-        if leaf is None and model is None:
-            # A sigmoid made out of sight: a model class whose forward ends in one, a helper.
+        if leaf is None:
+            # A sigmoid made out of sight: a model whose forward or last layer is one, a helper.
             flow = analysis.value(ctx, x)
             if flow.prob != "sigmoid" or flow.nograd is not None or flow.excludes_zero:
                 return  # not a sigmoid, no gradient, or clamped off 0 and 1 on purpose
@@ -756,12 +727,11 @@ No fix where a criterion object is built elsewhere (`self.crit = nn.BCELoss()` t
             raises = "it raises here, inside CUDA autocast"
         other_args = [a for i, a in enumerate(node.args) if i != input_index]
         probe = self._probe(ctx, x, leaf, other_args, ctor)
-        if model is not None or made_elsewhere is not None:
+        if made_elsewhere is not None:
             loss = "nn.BCELoss" if kind != "functional" else "binary_cross_entropy"
-            what = (f"the output of `{model}`, which ends in `nn.Sigmoid()`" if model is not None
-                    else f"a sigmoid output ({made_elsewhere})")
+            what = f"a sigmoid output ({made_elsewhere})"
             # Where the sigmoid is a model's last layer, dropping it gives the logits.
-            remedy = "drop the final Sigmoid" if model is not None or "forward" in made_elsewhere \
+            remedy = "drop the final Sigmoid" if "forward" in made_elsewhere or "module" in made_elsewhere \
                 else "pass the logits instead (without the sigmoid)"
             ctx.report(
                 self,
