@@ -802,6 +802,15 @@ def abstract_calls(*exprs: Optional[cst.BaseExpression]) -> List[Optional[cst.Ba
     return [e.visit(_Abstract(names, taken)) if e is not None else None for e in exprs]
 
 
+def descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+    """`node` and every node inside it (depth first)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children))
+
+
 def iter_calls(node: cst.CSTNode) -> Iterable[cst.Call]:
     """Every call inside `node` (depth first), for rules that scan a statement."""
     stack = [node]
@@ -814,6 +823,7 @@ def iter_calls(node: cst.CSTNode) -> Iterable[cst.Call]:
 
 __all__ = [
     "FileContext",
+    "descendants",
     "Imports",
     "Binding",
     "node_code",

@@ -15,6 +15,9 @@
     masks.bounds_operand(ctx, cond, x)     # a where condition or patch index keeps x off its singular points
     guards.zeros_removed(ctx, p)           # p[p > 0], masked_fill, where: no zero reaches the log
     guards.strip_epsilon(ctx, x)           # (A, True) for `A + eps`, `A.clamp(min=eps)`
+    guards.kept_in_domain(ctx, x)          # x is clamped, plus an epsilon, a where: off sqrt/log's edge
+    masks.emptiness_expected(ctx, mask)    # a nanmean's mask, labels == c for c drawn from the labels
+    repairs.non_finite_on_purpose(fill)    # a NaN/inf filler that marks entries invalid on purpose
 
 It is computed lazily: nothing runs until a rule asks, then the enclosing function (and what
 it calls in the file) is interpreted once and memoized on the FileContext (flow.py). Values
@@ -35,6 +38,9 @@ import libcst as cst
 from ..context import FileContext, dotted_name
 from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput
+from ..ops import number_value
+from .. import ranges
+from ..rewrite import follow_local
 from .flow import Env, FileAnalysis
 from . import imports, sampled_actions, summaries, transfer
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join, stored_as
@@ -46,6 +52,7 @@ __all__ = [
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
     "differentiated_nodes", "backward_reaches",
     "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
+    "exp_cannot_overflow", "exponent_bounded", "shifted_by_global_max",
 ]
 
 
@@ -329,6 +336,70 @@ def exp_bounded_for_float32_only(ctx: FileContext, exponent: cst.BaseExpression)
     if why is None:
         return None
     return f"the exponent is bounded by {v.hi:g}, finite in float32 but past float16's 11.09 ({why})"
+
+
+def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Optional[dict]):
+    """Peel `.detach()`, `.values` and `[0]` off a reduction's result."""
+    for _ in range(6):
+        node, env, _ = follow_local(ctx, strip_parens(node), env, False)
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "detach"
+            and not node.args
+        ):
+            node = node.func.value
+        elif isinstance(node, cst.Attribute) and node.attr.value == "values":
+            node = node.value
+        elif (
+            isinstance(node, cst.Subscript)
+            and len(node.slice) == 1
+            and isinstance(node.slice[0].slice, cst.Index)
+            and number_value(node.slice[0].slice.value) == 0
+        ):
+            node = node.value
+        else:
+            break
+    return node, env
+
+
+def shifted_by_global_max(ctx: FileContext, node: cst.BaseExpression, env: Optional[dict] = None) -> bool:
+    """`x - x.max()` (also `x.data.max()`, `torch.max(x)`, `amax` with no dim): the shift is
+    one number for the whole tensor, so a sum of `exp` along a dim is 0 for every row whose
+    entries all lie far below the largest entry of the tensor. `env`: the bindings the
+    caller resolved `node`'s names in (None: the visited scope)."""
+    node, env, _ = follow_local(ctx, strip_parens(node), env, False)
+    op = ctx.op(node)
+    if op is None or op.name != "sub" or len(op.args) != 2 or op.kwargs:
+        return False
+    shift, _ = _unwrap_shift(ctx, op.args[1], env)
+    inner = ctx.op(shift)
+    return inner is not None and inner.name in ("max", "amax") and len(inner.args) == 1 and not inner.kwargs
+
+
+def exponent_bounded(ctx: FileContext, node: cst.BaseExpression, env: Optional[dict] = None) -> bool:
+    """True where `exp(node)` cannot overflow: what the flow bounds (`exp_cannot_overflow`:
+    a max-shift `x - x.max(...)` / `amax` / `logsumexp` of the same tensor, written here, a
+    statement earlier or in a helper; `b - a` inside `if a > b:`; `t` after `t[t > 20] = 20`;
+    log-probabilities, `-abs(x)`, a Gaussian `-d ** 2 / (2 * s ** 2)`: any exponent <= 0),
+    and a Gaussian (Parzen) window `-scale * (x - c) ** 2` whose scale has no visible sign:
+    a positive precision by convention (monai's histogram weights)."""
+    if exp_cannot_overflow(ctx, node):
+        return True
+    node, env, _ = follow_local(ctx, strip_parens(node), env, False)
+    op = ctx.op(node)
+    if op is None or op.name not in ("mul", "div") or len(op.args) != 2 or op.kwargs:
+        return False
+
+    def negated(e: cst.BaseExpression) -> bool:
+        inner = ctx.op(strip_parens(e))
+        number = number_value(strip_parens(e))
+        return (inner is not None and inner.name == "neg") or (number is not None and number < 0)
+
+    left, right = op.args
+    return (negated(left) and ranges.sign(ctx, right, env) == "nonneg") or (
+        op.name == "mul" and negated(right) and ranges.sign(ctx, left, env) == "nonneg"
+    )
 
 
 def _exp_in_float16(ctx: FileContext, exponent: cst.BaseExpression, v: Value) -> Optional[str]:

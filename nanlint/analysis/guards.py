@@ -19,6 +19,7 @@ import libcst as cst
 
 from ..context import FileContext, node_code, strip_parens
 from ..ops import number_value
+from . import masks
 from ..ranges import guard, is_guarded, positive_constant, probability_source, selects_positive, sign
 
 if TYPE_CHECKING:  # the package imports this module
@@ -272,7 +273,47 @@ def evidently_positive(ctx: FileContext, p: cst.BaseExpression) -> bool:
     return found is not None and found.kind in ("clamp", "positive", "constant")
 
 
+def kept_in_domain(ctx: FileContext, operand: cst.BaseExpression) -> bool:
+    """The operand of a op with a singular point (sqrt, log, a division) is kept in the op's
+    domain anyway: clamped, plus an epsilon, a `where`, an absolute value or an `exp`, here
+    or where the local was assigned."""
+    g = guard(ctx, operand)
+    if g is not None and g.kind != "mask":
+        return True
+    value = ctx.value_of(strip_parens(operand))
+    for n in (strip_parens(operand), strip_parens(value)):
+        if masks.torch_call(ctx, n, "where", "clamp", "clip", "clamp_min", "clamp_max",
+                             "nan_to_num", "maximum", "abs", "exp", "softplus", "masked_fill") is not None:
+            return True
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in (
+            "clamp", "clip", "clamp_min", "abs", "exp", "masked_fill", "where",
+        ):
+            return True
+    return False
+
+
+def count_kept_positive(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """A count kept at 1 or above, or off 0: `m.sum() + eps`, `m.sum().clamp(min=1)`,
+    `max(m.sum(), 1)`, also through a local."""
+    g = guard(ctx, node)
+    if g is not None and g.kind != "mask":
+        return True
+    bare = strip_parens(node)
+    resolved = ctx.value_of(bare)
+    value = strip_parens(resolved)
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "max":
+        return True
+    if masks.torch_call(ctx, value, "clamp", "clip", "clamp_min", "maximum", "where") is not None:
+        return True
+    if resolved is not bare:
+        g = guard(ctx, value)
+        return g is not None and g.kind != "mask"
+    return False
+
+
 __all__ = [
+    "kept_in_domain",
+    "count_kept_positive",
     "assigned_earlier", "changed_in_place", "clamp_upper_bound", "clamped_below_one",
     "evidently_positive", "inside_zero_test", "kept_off_zero_and_one", "nonzero_by_construction",
     "strip_epsilon", "tuple_guarded", "zeros_removed",

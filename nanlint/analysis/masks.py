@@ -13,7 +13,7 @@ from typing import Iterable, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name, node_code, strip_parens
+from ..context import FileContext, descendants, dotted_name, node_code, strip_parens
 from ..ops import number_value, split_args
 
 
@@ -304,7 +304,45 @@ def keeps_a_key_per_row(ctx: FileContext, mask: cst.BaseExpression) -> bool:
     return _causal_triangle(ctx, mask) or _keeps_row_max(ctx, mask)
 
 
+def emptiness_expected(ctx: FileContext, mask: cst.BaseExpression) -> bool:
+    """A mask whose emptiness is no surprise or impossible: `~torch.isnan(v)` (a nanmean:
+    NaN when every value is NaN already), `labels == c` inside `for c in ...` (c is drawn
+    from the values), and a mean that is only formatted into a message or asserted on (the
+    node being visited)."""
+    if any(isinstance(n, (cst.FormattedStringExpression, cst.Assert)) for n in ctx.stack):
+        return True
+    bare = strip_parens(mask)
+    value = ctx.value_of(bare, 2) if isinstance(bare, cst.Name) else bare
+    for n in descendants(value):
+        if torch_call(ctx, n, "isnan", "isfinite", "isinf") is not None:
+            return True
+    loop_targets = set()
+    for n in ctx.stack:
+        fors = []
+        if isinstance(n, cst.For):
+            fors.append(n)
+        elif isinstance(n, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            comp = n.for_in
+            while comp is not None:
+                fors.append(comp)
+                comp = comp.inner_for_in
+        for f in fors:
+            loop_targets |= {dotted_name(t) for t in descendants(f.target)
+                             if isinstance(t, (cst.Name, cst.Attribute))}
+    loop_targets.discard(None)
+    if loop_targets:
+        for n in descendants(strip_casts(ctx, value)):
+            if isinstance(n, cst.Comparison) and any(
+                isinstance(c.operator, cst.Equal) for c in n.comparisons
+            ):
+                sides = [n.left] + [c.comparator for c in n.comparisons]
+                if any(dotted_name(strip_parens(x)) in loop_targets for x in sides):
+                    return True
+    return False
+
+
 __all__ = [
+    "emptiness_expected",
     "UNIT_DOMAIN_OPS", "bounds_operand", "comparisons", "keeps_a_key_per_row", "mask_like",
     "singular_points_discarded", "strip_casts", "torch_call",
 ]

@@ -23,7 +23,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ..context import FileContext, iter_calls, last_name
+from ..context import FileContext, iter_calls, last_name, node_code
 
 NEG_INF = "-inf"  # log(0), log of an underflowed probability
 NAN = "nan"  # 0 / 0, the softmax of a fully masked row
@@ -116,3 +116,14 @@ def repaired_downstream(ctx: FileContext, node: cst.CSTNode, produces: str, with
     """`repaired_after` or `repaired_in_function`: the NaN is tested or replaced by name in
     the next statements, or removed later in the function."""
     return repaired_after(ctx, produces, within) or repaired_in_function(ctx, node)
+
+
+# How code names a value made non-finite on purpose (a filler that marks entries invalid).
+_NON_FINITE = re.compile(r"(\bnan\b|\binf\b|nan_|_nan|inf_|_inf|finfo\(.*\)\.(max|min)|float\(\s*[\"'][-+]?(nan|inf))",
+                         re.IGNORECASE)
+
+
+def non_finite_on_purpose(node: cst.BaseExpression) -> bool:
+    """`nan_tensor`, `torch.inf`, `float("nan")`, `torch.finfo(dt).max`: a filler that marks
+    entries invalid on purpose; a NaN or an infinite gradient at those entries is no surprise."""
+    return _NON_FINITE.search(node_code(node)) is not None

@@ -18,7 +18,6 @@ import libcst as cst
 from .. import analysis
 from ..analysis.dtypes import computed_in_float16
 from ..context import FileContext, free_inputs, node_code, parenthesize, strip_parens
-from ..ranges import sign
 from ..diagnostics import Edit
 from ..ops import Op, number_value
 from .base import SAFE, Rule
@@ -86,69 +85,6 @@ def _constant(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     if free_inputs(ctx.canonical(strip_parens(node), env)):
         return False
     return not analysis.value(ctx, node).trainable
-
-
-def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Env):
-    """Peel `.detach()`, `.values` and `[0]` off a reduction's result."""
-    for _ in range(6):
-        node, env, _ = _follow(ctx, strip_parens(node), env, False)
-        if (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value == "detach"
-            and not node.args
-        ):
-            node = node.func.value
-        elif isinstance(node, cst.Attribute) and node.attr.value == "values":
-            node = node.value
-        elif (
-            isinstance(node, cst.Subscript)
-            and len(node.slice) == 1
-            and isinstance(node.slice[0].slice, cst.Index)
-            and number_value(node.slice[0].slice.value) == 0
-        ):
-            node = node.value
-        else:
-            break
-    return node, env
-
-
-def shifted_by_global_max(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
-    """`x - x.max()` (also `x.data.max()`, `torch.max(x)`, `amax` with no dim): the shift is
-    one number for the whole tensor, so a sum of `exp` along a dim is 0 for every row whose
-    entries all lie far below the largest entry of the tensor."""
-    node, env, _ = _follow(ctx, strip_parens(node), env, False)
-    op = ctx.op(node)
-    if op is None or op.name != "sub" or len(op.args) != 2 or op.kwargs:
-        return False
-    shift, _ = _unwrap_shift(ctx, op.args[1], env)
-    inner = ctx.op(shift)
-    return inner is not None and inner.name in ("max", "amax") and len(inner.args) == 1 and not inner.kwargs
-
-
-def _bounded_exponent(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
-    """True where `exp(node)` cannot overflow: what the analysis bounds (a max-shift
-    `x - x.max(...)` / `amax` / `logsumexp` of the same tensor, written here, a statement
-    earlier or in a helper; `b - a` inside `if a > b:`; `t` after `t[t > 20] = 20`;
-    log-probabilities, `-abs(x)`, a Gaussian `-d ** 2 / (2 * s ** 2)`: any exponent <= 0),
-    and a Gaussian (Parzen) window `-scale * (x - c) ** 2` whose scale has no visible sign:
-    a positive precision by convention (monai's histogram weights)."""
-    if analysis.exp_cannot_overflow(ctx, node):
-        return True
-    node, env, _ = _follow(ctx, strip_parens(node), env, False)
-    op = ctx.op(node)
-    if op is None or op.name not in ("mul", "div") or len(op.args) != 2 or op.kwargs:
-        return False
-
-    def negated(e: cst.BaseExpression) -> bool:
-        inner = ctx.op(strip_parens(e))
-        value = number_value(strip_parens(e))
-        return (inner is not None and inner.name == "neg") or (value is not None and value < 0)
-
-    left, right = op.args
-    return (negated(left) and sign(ctx, right, env) == "nonneg") or (
-        op.name == "mul" and negated(right) and sign(ctx, left, env) == "nonneg"
-    )
 
 
 def _code(node: cst.BaseExpression) -> str:
@@ -600,7 +536,7 @@ raises on them)."""
         if exp is None:
             return
         argument = exp.op.args[0]
-        if _constant(ctx, argument, exp.env) or _bounded_exponent(ctx, argument, exp.env):
+        if _constant(ctx, argument, exp.env) or analysis.exponent_bounded(ctx, argument, exp.env):
             return
         softplus, imports = ctx.spell("torch.nn.functional.softplus")
         edits: Tuple[Edit, ...] = ()
@@ -922,7 +858,7 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
         dims = _reduction_dims(total.op)
         message = None
         if dims is not None and dims[0] is not None and not _is_name(dims[0], "None") \
-                and shifted_by_global_max(ctx, argument, exp.env):
+                and analysis.shifted_by_global_max(ctx, argument, exp.env):
             # The max-shift guards against overflow only; a row far below the global max
             # still sums to 0.
             message = (
@@ -931,7 +867,7 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
                 "float16) sums to 0 and its log is -inf, with a NaN gradient; use "
                 "`torch.logsumexp`, which shifts each row by its own maximum"
             )
-        elif _constant(ctx, argument, exp.env) or _bounded_exponent(ctx, argument, exp.env):
+        elif _constant(ctx, argument, exp.env) or analysis.exponent_bounded(ctx, argument, exp.env):
             return
         edits: Tuple[Edit, ...] = ()
         fixed = None
@@ -1071,7 +1007,7 @@ whose `exp` or sum is kept in a local variable. Not reported: the stabilized
         argument = top.op.args[0]
         if _key(ctx, argument, top.env) != _key(ctx, bottom.op.args[0], bottom.env):
             return
-        if _constant(ctx, argument, top.env) or _bounded_exponent(ctx, argument, top.env):
+        if _constant(ctx, argument, top.env) or analysis.exponent_bounded(ctx, argument, top.env):
             return
         dims = _reduction_dims(total.op)
         dim_arg: Optional[cst.Arg] = None

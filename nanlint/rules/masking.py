@@ -3,16 +3,14 @@ NAN113: a mean over a mask that can select nothing (0 / 0)."""
 
 from __future__ import annotations
 
-import re
-from typing import Iterable, List, Optional, Set, Tuple
+from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
 from .. import analysis
-from ..analysis import conditions, masks, repairs
-from ..context import FileContext, dotted_name, is_atom, node_code, strip_parens
+from ..analysis import conditions, guards, masks, repairs
+from ..context import FileContext, descendants, dotted_name, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args as split_args_safe
-from ..ranges import guard
 from .base import SAFE, UNSAFE, Rule
 
 # --------------------------------------------------------------------------- NAN112
@@ -85,39 +83,6 @@ def _where_parts(ctx: FileContext, node: cst.Call):
             return None
         return args[0], node.func.value, args[1], "method"
     return None
-
-
-def _guards_itself(ctx: FileContext, operand: cst.BaseExpression) -> bool:
-    """The operand is kept in the op's domain anyway: clamped, plus an epsilon, a where."""
-    g = guard(ctx, operand)
-    if g is not None and g.kind != "mask":
-        return True
-    value = ctx.value_of(strip_parens(operand))
-    for n in (strip_parens(operand), strip_parens(value)):
-        if masks.torch_call(ctx, n, "where", "clamp", "clip", "clamp_min", "clamp_max",
-                             "nan_to_num", "maximum", "abs", "exp", "softplus", "masked_fill") is not None:
-            return True
-        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in (
-            "clamp", "clip", "clamp_min", "abs", "exp", "masked_fill", "where",
-        ):
-            return True
-    return False
-
-
-_NON_FINITE = re.compile(r"(\bnan\b|\binf\b|nan_|_nan|inf_|_inf|finfo\(.*\)\.(max|min)|float\(\s*[\"'][-+]?(nan|inf))",
-                         re.IGNORECASE)
-
-
-def _non_finite_filler(ctx: FileContext, node: cst.BaseExpression) -> bool:
-    """`nan_tensor`, `torch.inf`, `float("nan")`, `torch.finfo(dt).max`: the discarded points
-    are marked invalid on purpose; their gradient is no surprise."""
-    return _NON_FINITE.search(node_code(node)) is not None
-
-
-def _descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
-    yield node
-    for child in node.children:
-        yield from _descendants(child)
 
 
 class WhereUnsafeBranch(Rule):
@@ -242,7 +207,7 @@ variable, the finding comes without a fix.
         # this rule's scope (the condition tests the result, not the op's argument).
         if any(
             masks.torch_call(ctx, n, "isfinite", "isnan", "isinf", "isneginf", "isposinf") is not None
-            for n in _descendants(cond)
+            for n in descendants(cond)
         ):
             return
         cond_names = conditions.names_read(ctx, cond)
@@ -251,7 +216,7 @@ variable, the finding comes without a fix.
         hits: List[Tuple[cst.BaseExpression, str, cst.BaseExpression, bool]] = []
         through_local = False
         for branch, taken_when_true in ((when_true, True), (when_false, False)):
-            if _non_finite_filler(ctx, when_false if taken_when_true else when_true):
+            if repairs.non_finite_on_purpose(when_false if taken_when_true else when_true):
                 continue
             candidates = list(analysis.differentiated_nodes(ctx, branch))
             bare = strip_parens(branch)
@@ -263,13 +228,13 @@ variable, the finding comes without a fix.
                 if found is None:
                     continue
                 what, operand = found
-                if _guards_itself(ctx, operand) or not analysis.backward_reaches(ctx, sub, operand):
+                if guards.kept_in_domain(ctx, operand) or not analysis.backward_reaches(ctx, sub, operand):
                     continue
                 if not masks.bounds_operand(ctx, cond, operand):
                     continue
                 if not masks.singular_points_discarded(ctx, cond, operand, what, taken_when_true):
                     continue
-                local = not any(sub is d for d in _descendants(branch))
+                local = not any(sub is d for d in descendants(branch))
                 through_local = through_local or local
                 hits.append((operand, what, sub, taken_when_true))
         if not hits:
@@ -296,7 +261,7 @@ variable, the finding comes without a fix.
         """The same hazard spelled as a patch: `phi = torch.acos(r); phi[r >= 1] = 0` fixes
         the values where `r` left the domain, but autograd still differentiates `acos` there
         (0 * inf = NaN), as for the discarded branch of a `where`. Reported at the op, once."""
-        if len(node.targets) != 1 or _non_finite_filler(ctx, node.value):
+        if len(node.targets) != 1 or repairs.non_finite_on_purpose(node.value):
             return
         target = strip_parens(node.targets[0].target)
         if not isinstance(target, cst.Subscript) or not isinstance(strip_parens(target.value), cst.Name) \
@@ -314,7 +279,7 @@ variable, the finding comes without a fix.
             if found is None:
                 continue
             what, operand = found
-            if _guards_itself(ctx, operand) or not analysis.backward_reaches(ctx, sub, operand):
+            if guards.kept_in_domain(ctx, operand) or not analysis.backward_reaches(ctx, sub, operand):
                 continue
             # The patched points are the ones the op's value is discarded at.
             if not masks.bounds_operand(ctx, cond, operand) or not masks.singular_points_discarded(ctx, cond, operand, what, False):
@@ -368,7 +333,7 @@ variable, the finding comes without a fix.
 
 
 def _in_tree(root: cst.CSTNode, target: cst.CSTNode) -> bool:
-    return any(n is target for n in _descendants(root))
+    return any(n is target for n in descendants(root))
 
 
 class _ReplaceOperands(cst.CSTTransformer):
@@ -419,24 +384,6 @@ def _count_of(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseEx
         if node.args:
             return masks.strip_casts(ctx, node.args[0].value)
     return None
-
-
-def _count_guarded(ctx: FileContext, node: cst.BaseExpression) -> bool:
-    """`m.sum() + eps`, `m.sum().clamp(min=1)`, `max(m.sum(), 1)`, through locals."""
-    g = guard(ctx, node)
-    if g is not None and g.kind != "mask":
-        return True
-    bare = strip_parens(node)
-    resolved = ctx.value_of(bare)
-    value = strip_parens(resolved)
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "max":
-        return True
-    if masks.torch_call(ctx, value, "clamp", "clip", "clamp_min", "maximum", "where") is not None:
-        return True
-    if resolved is not bare:
-        g = guard(ctx, value)
-        return g is not None and g.kind != "mask"
-    return False
 
 
 class MaskedMeanEmpty(Rule):
@@ -556,7 +503,7 @@ there.
         if found is None:
             return
         subscript, mask = found
-        if self._exempt(ctx, mask) or analysis.nonempty(ctx, mask):
+        if masks.emptiness_expected(ctx, mask) or analysis.nonempty(ctx, mask):
             return
         dim = op.arg(1, "dim")
         if dim is not None and number_value(strip_parens(dim)) not in (None, 0):
@@ -616,12 +563,12 @@ there.
         mask_text = node_code(strip_parens(mask))
         in_numerator = any(
             node_code(masks.strip_casts(ctx, n)) == mask_text
-            for n in _descendants(numerator)
+            for n in descendants(numerator)
             if isinstance(n, cst.BaseExpression)
         ) and mask_text != node_code(strip_parens(numerator))
         # A weighted mean (`(x * w).sum() / w.sum()`, a Gaussian kernel) is no masked mean:
         # the mask must be evidently boolean.
-        if not masks.mask_like(ctx, mask) or self._exempt(ctx, mask):
+        if not masks.mask_like(ctx, mask) or masks.emptiness_expected(ctx, mask):
             return
         numer_value = strip_parens(numerator)
         if isinstance(numer_value, cst.Name):
@@ -629,7 +576,7 @@ there.
             if not in_numerator:
                 in_numerator = any(
                     node_code(masks.strip_casts(ctx, n)) == mask_text
-                    for n in _descendants(numer_value)
+                    for n in descendants(numer_value)
                     if isinstance(n, cst.BaseExpression)
                 )
         numer_op = ctx.op(numer_value)
@@ -638,14 +585,14 @@ there.
         # `m / m.sum()` normalizes weights; it is no masked mean.
         if node_code(masks.strip_casts(ctx, numerator)) == mask_text:
             return
-        if _count_guarded(ctx, count_node):
+        if guards.count_kept_positive(ctx, count_node):
             return
         if analysis.nonempty(ctx, mask) or analysis.excludes_zero(ctx, count_node):
             return
         names = conditions.names_read(ctx, mask) | ({count_node.value} if isinstance(count_node, cst.Name) else set())
         if conditions.guarded_by_condition(ctx, names) or repairs.repaired_downstream(ctx, node, repairs.NAN):
             return
-        if ctx.precision is not None and self._inside_guarding_call(ctx):
+        if repairs.repaired_around(ctx):
             return
         clamped = f"{node_code(count_node)}.clamp(min=1)" if is_atom(count_node) else f"({node_code(count_node)}).clamp(min=1)"
         edits = (ctx.replace(denominator, clamped),)
@@ -664,50 +611,6 @@ there.
             edits=edits,
             probe=ctx.expression_probe(ctx.canonical(node), fixed, analysis.mask_inputs(ctx, mask)),
         )
-
-    @staticmethod
-    def _exempt(ctx: FileContext, mask: cst.BaseExpression) -> bool:
-        """Masks whose emptiness is no surprise or impossible: `~torch.isnan(v)` (a nanmean:
-        NaN when every value is NaN already), `labels == c` inside `for c in ...` (c is drawn
-        from the values), and a mean that is only formatted into a message."""
-        if any(isinstance(n, (cst.FormattedStringExpression, cst.Assert)) for n in ctx.stack):
-            return True
-        bare = strip_parens(mask)
-        value = ctx.value_of(bare, 2) if isinstance(bare, cst.Name) else bare
-        for n in _descendants(value):
-            if masks.torch_call(ctx, n, "isnan", "isfinite", "isinf") is not None:
-                return True
-        loop_targets = set()
-        for n in ctx.stack:
-            fors = []
-            if isinstance(n, cst.For):
-                fors.append(n)
-            elif isinstance(n, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-                comp = n.for_in
-                while comp is not None:
-                    fors.append(comp)
-                    comp = comp.inner_for_in
-            for f in fors:
-                loop_targets |= {dotted_name(t) for t in _descendants(f.target)
-                                 if isinstance(t, (cst.Name, cst.Attribute))}
-        loop_targets.discard(None)
-        if loop_targets:
-            for n in _descendants(masks.strip_casts(ctx, value)):
-                if isinstance(n, cst.Comparison) and any(
-                    isinstance(c.operator, cst.Equal) for c in n.comparisons
-                ):
-                    sides = [n.left] + [c.comparator for c in n.comparisons]
-                    if any(dotted_name(strip_parens(x)) in loop_targets for x in sides):
-                        return True
-        return False
-
-    @staticmethod
-    def _inside_guarding_call(ctx: FileContext) -> bool:
-        """Inside `torch.nan_to_num(...)`: the NaN is repaired where it is made."""
-        for n in ctx.stack:
-            if isinstance(n, cst.Call) and masks.torch_call(ctx, n, "nan_to_num") is not None:
-                return True
-        return False
 
     @staticmethod
     def _needs_parens(ctx: FileContext, node: cst.CSTNode) -> bool:
