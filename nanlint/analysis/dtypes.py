@@ -139,18 +139,23 @@ def _fp32_cast(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     )
 
 
-def evidently_float16(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    """`expr` is float16 by what the code shows, followed through the ops that keep a dtype
-    outside autocast (`x.clamp(max=c)`, `x - m`, `-x`, `x[i]`, reshapes, local names): a
-    `.half()`, a float16 dtype, a module made half. A float32 cast or a bfloat16 source on
-    the way ends the question."""
+def evident_half_dtype(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """"float16" or "bfloat16" where `expr` has that dtype by what the code shows, followed
+    through the ops that keep a dtype outside autocast (`x.clamp(max=c)`, `x - m`, `-x`,
+    `x[i]`, reshapes, `log_softmax`, local names): a `.half()` or `.bfloat16()`, a half
+    dtype, a module made half. A float32 cast on the way ends the question (None)."""
     for source in _dtype_sources(ctx, expr, False):
         if _fp32_cast(ctx, source):
-            return False
+            return None
         dtype = ctx.precision.half_dtype(source)
         if dtype is not None:
-            return dtype == "float16"
-    return False
+            return dtype
+    return None
+
+
+def evidently_float16(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """`expr` is float16 by what the code shows (`evident_half_dtype`)."""
+    return evident_half_dtype(ctx, expr) == "float16"
 
 
 def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_op: bool = False) -> Optional[str]:

@@ -95,14 +95,9 @@ def _log_softmax_input(ctx: FileContext, expr: cst.BaseExpression) -> Optional[c
 
 
 def logits_dtype(ctx: FileContext, logits: cst.BaseExpression) -> Optional[str]:
-    """The evident half dtype of a loss input: of the tensor itself, or for
-    `nll_loss(log_softmax(x), y)` of x (log_softmax keeps its input's dtype)."""
-    dtype = ctx.precision.half_dtype(logits)
-    if dtype is None:
-        inner = _log_softmax_input(ctx, ctx.value_of(logits) if isinstance(logits, cst.Name) else logits)
-        if inner is not None:
-            dtype = ctx.precision.half_dtype(inner)
-    return dtype
+    """The evident half dtype of a loss input, as the analysis follows it (through local
+    names, selections, reshapes, elementwise ops and `log_softmax`, which keep a dtype)."""
+    return dtypes.evident_half_dtype(ctx, logits)
 
 
 def upcast_target(ctx: FileContext, logits: cst.BaseExpression) -> cst.BaseExpression:
@@ -311,7 +306,8 @@ Safe: `.float()` is added to the logits argument (`logits` -> `logits.float()`, 
 loss changes (the result is float32 instead of float16). It costs one float32 copy of the
 logits. Only evidently float16 logits are reported: `.half()`, `.to(torch.float16)`, a
 float16 factory, a local name holding one, or the output of a module made `.half()` in the
-file; calls inside any `torch.autocast` / `torch.cuda.amp.autocast` / `torch.cpu.amp.autocast`
+file, also after ops that keep the dtype (`logits / temperature`, `logits.clamp(...)`,
+selections and reshapes; a `.float()` on the way ends it); calls inside any `torch.autocast` / `torch.cuda.amp.autocast` / `torch.cpu.amp.autocast`
 region (or a function decorated with one) are left alone."""
     references = (
         "https://pytorch.org/docs/stable/amp.html#autocast-op-reference",
