@@ -196,4 +196,32 @@ def single_sample_batch(ctx: FileContext, expr: cst.BaseExpression) -> Optional[
     return reason
 
 
-__all__ = ["batched_iterable", "single_sample_batch"]
+# Methods that leave one number per sample of a batch (`x.flatten()`, `x.view(-1)`).
+_PER_SAMPLE_METHODS = ("flatten", "view", "reshape", "squeeze")
+# Per-sample quantities of a training step by their usual names.
+_PER_SAMPLE_NAME = re.compile(r"adv|return|reward|loss|value|log_?prob|logp|td_?err|ratio")
+
+
+def per_sample_values(ctx: FileContext, x: cst.BaseExpression, depth: int = 3) -> bool:
+    """`x` holds one number per sample (so its std over every element is over the batch): a
+    flattened tensor, or a per-sample quantity of a training step by its usual names
+    (advantages, returns, rewards, losses, values, log-probabilities)."""
+    x = strip_parens(x)
+    if isinstance(x, cst.Call) and isinstance(x.func, cst.Attribute):
+        if x.func.attr.value in _PER_SAMPLE_METHODS and (x.func.attr.value != "view" or node_code(x).endswith("(-1)")):
+            return True
+        return per_sample_values(ctx, x.func.value, depth)
+    if isinstance(x, cst.Subscript):
+        return per_sample_values(ctx, x.value, depth)
+    if isinstance(x, cst.BinaryOperation):
+        return per_sample_values(ctx, x.left, depth) or per_sample_values(ctx, x.right, depth)
+    name = x.attr.value if isinstance(x, cst.Attribute) else x.value if isinstance(x, cst.Name) else ""
+    if _PER_SAMPLE_NAME.search(name.lower()):
+        return True
+    if isinstance(x, cst.Name) and depth > 0:
+        value = ctx.value_of(x, 1)
+        return value is not x and per_sample_values(ctx, value, depth - 1)
+    return False
+
+
+__all__ = ["batched_iterable", "single_sample_batch", "per_sample_values"]

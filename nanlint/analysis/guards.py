@@ -311,7 +311,25 @@ def count_kept_positive(ctx: FileContext, node: cst.BaseExpression) -> bool:
     return False
 
 
+def clamped_nonneg_where_used(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """The node being visited is cut off below 0 where it is used: the first argument of a
+    `relu` or of a `clamp(min=c)` with c >= 0 (`(E[x^2] - E[x]^2).clamp(0)`: the author chose
+    the one-pass variance, as timm does for speed on TPU, and removed its negative values)."""
+    for parent in reversed(ctx.stack[-4:-1]):
+        op = ctx.bare_op(parent) if isinstance(parent, cst.Call) else None
+        if op is None or not op.args or op.args[0] is not node:
+            continue
+        if op.name == "relu":
+            return True
+        if op.name in ("clamp", "clamp_min"):
+            low = op.arg(1, "min")
+            value = number_value(strip_parens(low)) if low is not None else None
+            return value is not None and value >= 0
+    return False
+
+
 __all__ = [
+    "clamped_nonneg_where_used",
     "kept_in_domain",
     "count_kept_positive",
     "assigned_earlier", "changed_in_place", "clamp_upper_bound", "clamped_below_one",

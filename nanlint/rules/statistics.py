@@ -5,7 +5,6 @@ unbiased std over a mini-batch that can hold one sample (NAN123), and a sinc as
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional, Tuple
 
 import libcst as cst
@@ -14,7 +13,7 @@ from .. import analysis
 from ..context import FileContext, is_atom, node_code, same_code, strip_parens
 from ..ops import Op, number_value
 from ..ranges import guard
-from ..analysis import conditions, dtypes, guards
+from ..analysis import batches, conditions, dtypes, guards
 from .base import SAFE, UNSAFE, Rule
 
 Env = Optional[dict]
@@ -399,7 +398,7 @@ no fix.
 
     def check_expression(self, node: cst.BaseExpression, ctx: FileContext) -> None:
         found = _cancellation(ctx, node)
-        if found is None or self._clamped(node, ctx):
+        if found is None or guards.clamped_nonneg_where_used(ctx, node):
             return
         mean, x, through_local = found
         source_args = self._args(mean, ctx.code)
@@ -416,22 +415,6 @@ no fix.
                 text = f"{_wrapped(ctx, x)}.var({', '.join(source_args)})"
                 edits = (ctx.replace(node, text),)
         ctx.report(self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed))
-
-    @staticmethod
-    def _clamped(node: cst.BaseExpression, ctx: FileContext) -> bool:
-        """`(E[x^2] - E[x]^2).clamp(0)`, `F.relu(...)`: the author chose the one-pass formula
-        (timm does, for speed on TPU) and cut its negative values off."""
-        for parent in reversed(ctx.stack[-4:-1]):
-            op = ctx.bare_op(parent) if isinstance(parent, cst.Call) else None
-            if op is None or not op.args or op.args[0] is not node:
-                continue
-            if op.name == "relu":
-                return True
-            if op.name in ("clamp", "clamp_min"):
-                low = op.arg(1, "min")
-                value = number_value(strip_parens(low)) if low is not None else None
-                return value is not None and value >= 0
-        return False
 
     @staticmethod
     def _args(mean: Op, code) -> List[str]:
@@ -676,9 +659,6 @@ failing there, which is accurate. Not reported where the divisor is kept away fr
 # Statistics with Bessel's correction by default (divide by n - 1).
 _CORRECTED = ("std", "var", "std_mean", "var_mean")
 # One value per sample: a 1-D batch whose `std()` over every element is over the batch.
-_PER_SAMPLE = ("flatten", "view", "reshape", "squeeze")
-
-
 def _explicit_correction(op: Op) -> bool:
     """`correction=`/`unbiased=` given (by keyword, or as the old positional bool): the author
     chose the estimator, e.g. `unbiased=n > 1`."""
@@ -699,29 +679,6 @@ def _batch_axis_only(op: Op) -> Optional[bool]:
     return True if number_value(dim) == 0 else None
 
 
-def _per_sample(ctx: FileContext, x: cst.BaseExpression, depth: int = 3) -> bool:
-    """`x` holds one number per sample (so its std over every element is over the batch): a
-    flattened tensor, or a per-sample quantity of a training step by its usual names
-    (advantages, returns, rewards, losses, values, log-probabilities)."""
-    x = strip_parens(x)
-    if isinstance(x, cst.Call) and isinstance(x.func, cst.Attribute):
-        if x.func.attr.value in _PER_SAMPLE and (x.func.attr.value != "view" or node_code(x).endswith("(-1)")):
-            return True
-        return _per_sample(ctx, x.func.value, depth)
-    if isinstance(x, cst.Subscript):
-        return _per_sample(ctx, x.value, depth)
-    if isinstance(x, cst.BinaryOperation):
-        return _per_sample(ctx, x.left, depth) or _per_sample(ctx, x.right, depth)
-    name = x.attr.value if isinstance(x, cst.Attribute) else x.value if isinstance(x, cst.Name) else ""
-    if _PER_SAMPLE_NAME.search(name.lower()):
-        return True
-    if isinstance(x, cst.Name) and depth > 0:
-        value = ctx.value_of(x, 1)
-        return value is not x and _per_sample(ctx, value, depth - 1)
-    return False
-
-
-_PER_SAMPLE_NAME = re.compile(r"adv|return|reward|loss|value|log_?prob|logp|td_?err|ratio")
 
 
 class StdOfOneSample(Rule):
@@ -821,7 +778,7 @@ factor sqrt((n - 1) / n) elsewhere; `drop_last=True` on the loader drops the sam
         if batch_axis is None:
             return
         x = op.args[0]
-        if not batch_axis and not _per_sample(ctx, x):
+        if not batch_axis and not batches.per_sample_values(ctx, x):
             return
         if op.style == "method" and dtypes.numpy_array(ctx, x):
             return  # NumPy's std/var default to ddof=0: one row gives 0, not NaN
