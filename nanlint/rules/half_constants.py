@@ -219,6 +219,12 @@ def _probe_pair(ctx: FileContext, whole: cst.BaseExpression, part: cst.BaseExpre
 
 class VanishingEpsilon(Rule):
     code = "NAN202"
+    untuned_precision = (
+        "Off by default: measured on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: the test halves of research repositories in no benchmark, batches 1 to 9, each split and fixed before any finding was read), 1 of 4 findings were real hazards, below the 90% bar; every finding on the tune halves (4) was a false alarm too. "
+        "The real one: a decision transformer that runs under its float16 autocast option, where zero-padded rows give 0 / 0 once `1e-8` rounds to 0. The false alarms: float16 evidence that does not hold where the epsilon runs (another model of the project made `.half()`, a real-time voice path whose tensors are all built float32, a relaxed branch nothing calls), and linear-attention normalizers of positive features. "
+        "Turn it on with `--extend-select NAN202`, best with `precision = \"fp16\"` in a project that does train in float16."
+    )
+    default_enabled = False
     fails_in = 'float16'
     name = "vanishing-epsilon"
     message = (
