@@ -52,7 +52,7 @@ __all__ = [
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
     "differentiated_nodes", "backward_reaches",
     "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
-    "exp_cannot_overflow", "exponent_bounded", "shifted_by_global_max",
+    "exp_cannot_overflow", "exponent_bounded", "shifted_by_global_max", "called_under_autocast",
 ]
 
 
@@ -457,11 +457,8 @@ class HalfEvidence(NamedTuple):
     reason: str
 
 
-def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
-    """Where the function being visited runs in float16 because of code elsewhere in the
-    file: its class's instance is made `.half()` ("module"), or it (or its class's
-    `forward`) is called inside a float16 autocast region ("autocast")."""
-    fa = file_analysis(ctx)
+def _visited_function(ctx: FileContext) -> Tuple[Optional[cst.FunctionDef], Optional[str]]:
+    """The innermost function being visited, and the name of the class holding it."""
     fn = cls = None
     for node in reversed(ctx.stack):
         if isinstance(node, cst.FunctionDef) and fn is None:
@@ -469,20 +466,46 @@ def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
         elif isinstance(node, cst.ClassDef):
             cls = node.name.value
             break
+    return fn, cls
+
+
+def _autocast_call(fa: FileAnalysis, fn: cst.FunctionDef, cls: Optional[str]) -> Optional[str]:
+    """Where the file calls `fn` (or its class's `forward`) inside a float16 autocast region."""
+    names = [f"{cls}.{fn.name.value}", f"{cls}.forward"] if cls else [fn.name.value]
+    for name in names:
+        ev = fa.autocast_callees.get(name)
+        if ev is not None:
+            return f"{ev.reason} at line {fa.line(ev.line)}"
+    return None
+
+
+def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
+    """Where the function being visited runs in float16 because of code elsewhere in the
+    file: its class's instance is made `.half()` ("module"), or it (or its class's
+    `forward`) is called inside a float16 autocast region ("autocast")."""
+    fn, cls = _visited_function(ctx)
     if fn is None or not _MAY_BE_HALF.search(ctx.source):
         return None
+    fa = file_analysis(ctx)
     fa.ensure_all()
     if cls is not None and cls in fa.half_owners:
         ev = fa.half_owners[cls]
         return HalfEvidence("module", "float16", f"{ev.reason} at line {fa.line(ev.line)}")
-    names = [f"{cls}.{fn.name.value}"] if cls else [fn.name.value]
-    if cls is not None:
-        names.append(f"{cls}.forward")
-    for name in names:
-        ev = fa.autocast_callees.get(name)
-        if ev is not None:
-            return HalfEvidence("autocast", "float16", f"{ev.reason} at line {fa.line(ev.line)}")
-    return None
+    reason = _autocast_call(fa, fn, cls)
+    return HalfEvidence("autocast", "float16", reason) if reason is not None else None
+
+
+def called_under_autocast(ctx: FileContext) -> Optional[str]:
+    """Why the function being visited runs inside a float16 autocast region although none
+    is written around it: the file calls it (or its class's `forward`) inside one (a
+    sentence with the line), else None. Ops autocast runs in float32 there
+    (`cross_entropy`, `log_softmax`) see float32 whatever their input's dtype."""
+    fn, cls = _visited_function(ctx)
+    if fn is None or not _MAY_BE_HALF.search(ctx.source):
+        return None
+    fa = file_analysis(ctx)
+    fa.ensure_all()
+    return _autocast_call(fa, fn, cls)
 
 
 def probe_input(ctx: FileContext, expr: cst.BaseExpression) -> Optional[ProbeInput]:

@@ -307,7 +307,9 @@ loss changes (the result is float32 instead of float16). It costs one float32 co
 logits. Only evidently float16 logits are reported: `.half()`, `.to(torch.float16)`, a
 float16 factory, a local name holding one, or the output of a module made `.half()` in the
 file, also after ops that keep the dtype (`logits / temperature`, `logits.clamp(...)`,
-selections and reshapes; a `.float()` on the way ends it); calls inside any `torch.autocast` / `torch.cuda.amp.autocast` / `torch.cpu.amp.autocast`
+selections and reshapes; a `.float()` on the way ends it). A function the file calls inside
+a float16 autocast region is left alone (autocast computes the loss in float32 there), as are
+calls inside any `torch.autocast` / `torch.cuda.amp.autocast` / `torch.cpu.amp.autocast`
 region (or a function decorated with one) are left alone."""
     references = (
         "https://pytorch.org/docs/stable/amp.html#autocast-op-reference",
@@ -322,6 +324,8 @@ region (or a function decorated with one) are left alone."""
             return
         if loss.reduction == "none" and not loss.smoothing:
             return
+        if analysis.called_under_autocast(ctx) is not None:
+            return  # autocast computes the loss in float32 where the file calls this
         name = _spelled(loss)
         if loss.smoothing:
             message = (
