@@ -7,7 +7,9 @@ in place after its assignment (`n[n == 0] = 1`, `n.clamp_(min=1)`), factors evid
 positive (so the log of their product is the sum of their logs), the upper clamp of
 a log-variance (with whether it is float16), the value an attribute such as `self.logvar`
 was given earlier in the same function, vectors that cannot be 0 by construction, a division
-inside a `where` that tests against 0, and an epsilon added in a tuple assignment.
+inside a `where` that tests against 0, an epsilon added in a tuple assignment, an operand
+kept off a singular point (clamped, plus an epsilon, a `where`), a count kept at 1 or
+above, and a value cut off below 0 where it is used (a `relu` or a clamp at 0 around it).
 """
 
 from __future__ import annotations
@@ -274,7 +276,7 @@ def evidently_positive(ctx: FileContext, p: cst.BaseExpression) -> bool:
 
 
 def kept_in_domain(ctx: FileContext, operand: cst.BaseExpression) -> bool:
-    """The operand of a op with a singular point (sqrt, log, a division) is kept in the op's
+    """The operand of an op with a singular point (sqrt, log, a division) is kept in the op's
     domain anyway: clamped, plus an epsilon, a `where`, an absolute value or an `exp`, here
     or where the local was assigned."""
     g = guard(ctx, operand)

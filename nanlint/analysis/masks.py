@@ -3,7 +3,8 @@
 What a `torch.where` condition or a patch index says about the operand it protects (NAN112),
 whether a selection is a mask (NAN113), and whether a mask leaves every row of a softmax
 something to attend to (NAN204): a causal triangle keeps the diagonal, a threshold below the
-row's own maximum or top-k keeps that entry.
+row's own maximum or top-k keeps that entry; and masks whose emptiness is expected (a
+nanmean's `~isnan(v)`, `labels == c` for a `c` drawn from the labels).
 """
 
 from __future__ import annotations

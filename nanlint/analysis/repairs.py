@@ -1,4 +1,4 @@
-"""Whether a non-finite result is repaired right where it is made.
+"""Whether a non-finite result is repaired right where it is made, or made on purpose.
 
 `lp = torch.log(p)` followed by `torch.isfinite(lp)` or `lp = lp.masked_fill(p == 0, 0)`: the
 author expects the -inf and handles it, so the standard in DEVELOPERS.md does not count it as
