@@ -52,7 +52,7 @@ __all__ = [
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
     "differentiated_nodes", "backward_reaches",
     "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
-    "exp_cannot_overflow", "exponent_bounded", "shifted_by_global_max", "called_under_autocast",
+    "exp_cannot_overflow", "exponent_bounded", "shifted_by_global_max", "called_under_autocast", "softmax_distribution",
 ]
 
 
@@ -86,6 +86,54 @@ def _at_node(ctx: FileContext, expr: cst.BaseExpression) -> Tuple[Env, Value]:
 def value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
     """What `expr` holds at the node being visited (memoized per function)."""
     return _at_node(ctx, expr)[1]
+
+
+# Ops after which a softmax is no longer a whole distribution along its dim (transfer.py's
+# pass-through ops: selections and reshapes), and ops that keep one (copies and casts).
+_ENDS_DISTRIBUTION = frozenset(name for name, t in transfer.OPS.items() if t is transfer.passthrough)
+_KEEPS_DISTRIBUTION = frozenset(name for name, t in transfer.OPS.items() if t is transfer.copy) | {
+    "float", "double", "half", "bfloat16"}
+
+
+def _ends_distribution(ctx: FileContext, expr: cst.BaseExpression, depth: int = 4) -> bool:
+    """`expr` is visibly a selection or reshape (through copies, casts and a local's last
+    assignment): no whole distribution, whatever the flow would say about its operand."""
+    expr = strip_parens(expr)
+    if depth <= 0:
+        return False
+    if isinstance(expr, cst.Name):
+        assigned = ctx.value_of(expr)
+        return assigned is not expr and assigned is not None and _ends_distribution(ctx, assigned, depth - 1)
+    if isinstance(expr, cst.Subscript):
+        # `x[..., :-1, :]`, `x[1:]`; a single index may pick a member of a returned tuple.
+        return len(expr.slice) > 1 or isinstance(expr.slice[0].slice, cst.Slice)
+    if not isinstance(expr, cst.Call):
+        return False
+    op = ctx.op(expr)
+    if op is not None:
+        name, operand = op.name, (op.args[0] if op.args else None)
+    elif isinstance(expr.func, cst.Attribute) and ctx.qualname(expr.func) is None:
+        name, operand = expr.func.attr.value, expr.func.value  # `logits.view(-1, C)`
+    else:
+        full = ctx.qualname(expr.func) or ""
+        first = expr.args[0].value if expr.args and expr.args[0].keyword is None else None
+        name, operand = (full.rsplit(".", 1)[-1], first) if full.startswith("torch.") else ("", None)
+    if operand is None:
+        return False
+    if name in _ENDS_DISTRIBUTION:
+        return True
+    return name in _KEEPS_DISTRIBUTION and _ends_distribution(ctx, operand, depth - 1)
+
+
+def softmax_distribution(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Value]:
+    """The value of `expr` where it is a softmax output that is still a whole distribution
+    along a dim (a loss given it expects logits or log-probabilities), else None. A visible
+    selection or reshape is answered without running the flow (most loss inputs are
+    `logits.view(-1, C)`)."""
+    if _ends_distribution(ctx, expr):
+        return None
+    v = value(ctx, expr)
+    return v if v.prob == "softmax" and v.simplex_dim is not None else None
 
 
 def cite(ctx: FileContext, v: Value, count: int = 2) -> str:

@@ -139,11 +139,18 @@ def _fp32_cast(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     )
 
 
+# How a file spells float16 or bfloat16 evidence: `.half()`, `torch.half`, `torch.float16`,
+# `torch.bfloat16`, `HalfTensor`.
+_HALF_TEXT = re.compile(r"half|float16|Half")
+
+
 def evident_half_dtype(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     """"float16" or "bfloat16" where `expr` has that dtype by what the code shows, followed
     through the ops that keep a dtype outside autocast (`x.clamp(max=c)`, `x - m`, `-x`,
     `x[i]`, reshapes, `log_softmax`, local names): a `.half()` or `.bfloat16()`, a half
     dtype, a module made half. A float32 cast on the way ends the question (None)."""
+    if not _HALF_TEXT.search(ctx.source):
+        return None  # every piece of such evidence is spelled with one of these words
     for source in _dtype_sources(ctx, expr, False):
         if _fp32_cast(ctx, source):
             return None

@@ -57,18 +57,23 @@ def _probability_op(ctx: FileContext, expr: cst.BaseExpression):
     return None
 
 
-def probabilities(ctx: FileContext, expr: cst.BaseExpression) -> Optional[_Probabilities]:
-    """The loss input `expr` is a softmax/sigmoid output: written in place (the fix can
-    rewrite it), or made elsewhere as far as the value-flow analysis follows it (a local, a
-    helper or method that returns one, a model whose `forward` or last `nn.Sequential` layer
-    is a softmax, a module held in an attribute). A softmax that was indexed or reshaped
-    since is no longer a whole distribution over the classes: not matched."""
+def probabilities(ctx: FileContext, expr: cst.BaseExpression, sigmoid: bool) -> Optional[_Probabilities]:
+    """The loss input `expr` is a softmax output (or, with `sigmoid`, a sigmoid output):
+    written in place (the fix can rewrite it), or made elsewhere as far as the value-flow
+    analysis follows it (a local, a helper or method that returns one, a model whose
+    `forward` or last `nn.Sequential` layer is a softmax, a module held in an attribute). A
+    softmax that was indexed or reshaped since is no longer a whole distribution over the
+    classes: not matched."""
     found = _probability_op(ctx, expr)
     if found is not None:
         kind, _ = found
+        if kind == "sigmoid" and not sigmoid:
+            return None
         return _Probabilities(expr, kind, strip_parens(expr) if kind == "softmax" else None)
-    v = analysis.value(ctx, expr)
-    if v.prob == "sigmoid" or (v.prob == "softmax" and v.simplex_dim is not None):
+    v = analysis.value(ctx, expr) if sigmoid else analysis.softmax_distribution(ctx, expr)
+    if v is None:
+        return None
+    if (sigmoid and v.prob == "sigmoid") or (v.prob == "softmax" and v.simplex_dim is not None):
         return _Probabilities(expr, v.prob, None, analysis.cite(ctx, v))
     return None
 
@@ -226,7 +231,7 @@ torch 2.13, CPU, float32. 4,096 rows of 10 classes, `q = softmax(2 * randn)`, st
         first = _first_arg(node)
         if first is None:
             return
-        probs = probabilities(ctx, first)
+        probs = probabilities(ctx, first, sigmoid=True)
         if probs is None:
             return
         edits: Tuple[Edit, ...] = ()
@@ -255,7 +260,7 @@ class _OnSoftmax(Rule):
         loss = match_loss_call(ctx, node, self._criteria)
         if loss is None or loss.kind != self.loss_kind or any(a.star for a in node.args):
             return
-        probs = probabilities(ctx, loss.logits)
+        probs = probabilities(ctx, loss.logits, sigmoid=False)
         if probs is None or probs.kind != "softmax":
             return
         self.check(loss, probs, ctx)
