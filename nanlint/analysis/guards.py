@@ -275,12 +275,17 @@ def evidently_positive(ctx: FileContext, p: cst.BaseExpression) -> bool:
     return found is not None and found.kind in ("clamp", "positive", "constant")
 
 
+def _guarded_beyond_a_mask(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """`ranges.guard` finds an epsilon, clamp or positive constant (a mask alone is no guard)."""
+    g = guard(ctx, expr)
+    return g is not None and g.kind != "mask"
+
+
 def kept_in_domain(ctx: FileContext, operand: cst.BaseExpression) -> bool:
     """The operand of an op with a singular point (sqrt, log, a division) is kept in the op's
     domain anyway: clamped, plus an epsilon, a `where`, an absolute value or an `exp`, here
     or where the local was assigned."""
-    g = guard(ctx, operand)
-    if g is not None and g.kind != "mask":
+    if _guarded_beyond_a_mask(ctx, operand):
         return True
     value = ctx.value_of(strip_parens(operand))
     for n in (strip_parens(operand), strip_parens(value)):
@@ -297,8 +302,7 @@ def kept_in_domain(ctx: FileContext, operand: cst.BaseExpression) -> bool:
 def count_kept_positive(ctx: FileContext, node: cst.BaseExpression) -> bool:
     """A count kept at 1 or above, or off 0: `m.sum() + eps`, `m.sum().clamp(min=1)`,
     `max(m.sum(), 1)`, also through a local."""
-    g = guard(ctx, node)
-    if g is not None and g.kind != "mask":
+    if _guarded_beyond_a_mask(ctx, node):
         return True
     bare = strip_parens(node)
     resolved = ctx.value_of(bare)
@@ -307,10 +311,7 @@ def count_kept_positive(ctx: FileContext, node: cst.BaseExpression) -> bool:
         return True
     if masks.torch_call(ctx, value, "clamp", "clip", "clamp_min", "maximum", "where") is not None:
         return True
-    if resolved is not bare:
-        g = guard(ctx, value)
-        return g is not None and g.kind != "mask"
-    return False
+    return resolved is not bare and _guarded_beyond_a_mask(ctx, value)
 
 
 def clamped_nonneg_where_used(ctx: FileContext, node: cst.BaseExpression) -> bool:
