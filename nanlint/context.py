@@ -811,6 +811,11 @@ def descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
         stack.extend(reversed(n.children))
 
 
+def contains(root: cst.CSTNode, target: cst.CSTNode) -> bool:
+    """`target` is `root` or a node inside it (by identity)."""
+    return any(n is target for n in descendants(root))
+
+
 def iter_calls(node: cst.CSTNode) -> Iterable[cst.Call]:
     """Every call inside `node` (depth first), for rules that scan a statement."""
     stack = [node]

@@ -15,7 +15,7 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis import dtypes
-from ..context import FileContext, dotted_name, is_atom, node_code
+from ..context import FileContext, contains, dotted_name, is_atom, iter_calls, node_code
 from ..context import strip_parens as _strip_parens
 from ..diagnostics import Edit, Position, Probe
 from ..ops import number_value, split_args
@@ -520,16 +520,6 @@ def _half_root_is_factory(ctx: FileContext, expr: cst.BaseExpression, depth: int
     return False
 
 
-def _contains(tree: cst.CSTNode, target: cst.CSTNode) -> bool:
-    stack = [tree]
-    while stack:
-        n = stack.pop()
-        if n is target:
-            return True
-        stack.extend(n.children)
-    return False
-
-
 def _has_exp(ctx: FileContext, tree: cst.CSTNode, names=()) -> bool:
     """`tree` contains an `exp` call (or one of `names`, locals holding an `exp`)."""
     stack = [tree]
@@ -561,9 +551,9 @@ def _owned_by_other_rules(ctx: FileContext, node: cst.BaseExpression, names=()) 
             return True
         if op.name == "div" and len(op.args) == 2:
             numerator, denominator = op.args
-            if _contains(denominator, node):
+            if contains(denominator, node):
                 return True
-            if _contains(numerator, node) and _has_exp(ctx, denominator, names):
+            if contains(numerator, node) and _has_exp(ctx, denominator, names):
                 return True
     return False
 
@@ -571,7 +561,7 @@ def _owned_by_other_rules(ctx: FileContext, node: cst.BaseExpression, names=()) 
 def _probe_inline(ctx: FileContext, node: cst.BaseExpression) -> bool:
     """Inline local names into the probe unless that would pull in a call the verifier
     cannot run (`model(x)`, `self.net(x)`)."""
-    for call in _calls(ctx.canonical(node)):
+    for call in iter_calls(ctx.canonical(node)):
         chain = dotted_name(call.func)
         if chain is None or chain.split(".")[0] in ("torch", "math"):
             continue
@@ -590,13 +580,6 @@ _KNOWN_METHODS = {
 }
 
 
-def _calls(tree: cst.CSTNode):
-    stack = [tree]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, cst.Call):
-            yield n
-        stack.extend(n.children)
 
 
 def _expression_probe(ctx: FileContext, node, target, replacement) -> Probe:

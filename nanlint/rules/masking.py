@@ -9,7 +9,7 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis import conditions, guards, masks, repairs
-from ..context import FileContext, descendants, dotted_name, is_atom, node_code, strip_parens
+from ..context import FileContext, contains, descendants, dotted_name, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args as split_args_safe
 from .base import SAFE, UNSAFE, Rule
 
@@ -234,7 +234,7 @@ variable, the finding comes without a fix.
                     continue
                 if not masks.singular_points_discarded(ctx, cond, operand, what, taken_when_true):
                     continue
-                local = not any(sub is d for d in descendants(branch))
+                local = not contains(branch, sub)
                 through_local = through_local or local
                 hits.append((operand, what, sub, taken_when_true))
         if not hits:
@@ -304,7 +304,7 @@ variable, the finding comes without a fix.
                 continue
             operands.append((operand, what, taken_when_true))
         # Nested unsafe ops (sqrt(log(x))) would need overlapping edits: no fix there.
-        spans = [ctx.span(o[0]) for o in operands if _in_tree(node, o[0])]
+        spans = [ctx.span(o[0]) for o in operands if contains(node, o[0])]
         if len(spans) != len(operands):
             return (), None
         for i, a in enumerate(spans):
@@ -330,10 +330,6 @@ variable, the finding comes without a fix.
         fixed_tree = node.visit(_ReplaceOperands(replacements))
         fixed = ctx.canonical(fixed_tree)
         return tuple(edits) + tuple(imports), fixed
-
-
-def _in_tree(root: cst.CSTNode, target: cst.CSTNode) -> bool:
-    return any(n is target for n in descendants(root))
 
 
 class _ReplaceOperands(cst.CSTTransformer):
