@@ -89,6 +89,7 @@ class HandBCE:
     guarded_p: bool  # log(p) cannot see 0
     guarded_q: bool  # log(1 - p) cannot see 0
     absorbed: Optional[str] = None  # why a bound below 1 on p does not keep 1 - p off 0
+    label_epsilon: bool = False  # `(1 - y + eps) * log(1 - p)`: the with-logits loss drops it
 
 
 def _term(ctx: FileContext, sign: int, node) -> List[Tuple[int, cst.BaseExpression, cst.BaseExpression]]:
@@ -125,6 +126,8 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                 continue
             p, guard_p = guards.strip_epsilon(ctx, pop.args[0])
             for s2, coef, log_q in q_readings:
+                # An epsilon on the label's factor (`(1 - y + eps) * log(1 - p)`) guards no log.
+                coef, label_epsilon = guards.strip_epsilon(ctx, coef)
                 minus = _one_minus(ctx, coef)
                 if minus is None or not same_code(minus[1], y) or s1 != s2 * minus[0]:
                     continue
@@ -156,6 +159,7 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     guarded_p=guard_p or bounds.lo > 0 or is_guarded(ctx, p),
                     guarded_q=guard_q or ((bounds.hi < 1 or guards.clamped_below_one(ctx, guard)) and absorbed is None),
                     absorbed=absorbed,
+                    label_epsilon=label_epsilon,
                 )
     return None
 
@@ -399,6 +403,20 @@ pattern is left to this rule (NAN201 does not report it again).
                 probe=self._clamp_probe(ctx, node, match, domains),
             )
             return
+        if match.label_epsilon and not match.guarded_q:
+            ctx.report(
+                self,
+                node,
+                message=(
+                    "Binary cross-entropy written by hand: the epsilon is added to the label's "
+                    "factor `(1 - y)`, not inside `log(1 - p)`, so where p is exactly 1 that log "
+                    "is -inf and the loss and its gradient are inf/NaN; move the epsilon inside "
+                    "the log (clamp p into [eps, 1 - eps]), or compute the loss from logits with "
+                    "`F.binary_cross_entropy_with_logits`"
+                ),
+                probe=self._clamp_probe(ctx, node, match, domains),
+            )
+            return
         if sigmoid is None:
             ctx.report(
                 self,
@@ -428,7 +446,7 @@ pattern is left to this rule (NAN201 does not report it again).
             canonical_suffixes.append(
                 (name, ", ".join(_arg_code(a.with_changes(value=ctx.canonical(a.value))) for a in args))
             )
-        fixable = not (match.guarded_p or match.guarded_q) and (
+        fixable = not (match.guarded_p or match.guarded_q or match.label_epsilon) and (
             not through_local or _reusable_here(ctx, z, zenv)
         )
         if not fixable:
