@@ -90,22 +90,35 @@ class HandBCE:
     guarded_q: bool  # log(1 - p) cannot see 0
     absorbed: Optional[str] = None  # why a bound below 1 on p does not keep 1 - p off 0
     label_epsilon: bool = False  # `(1 - y + eps) * log(1 - p)`: the with-logits loss drops it
+    weighted: bool = False  # `w * y * log(p)`: a factor besides the label the rewrite would drop
 
 
-def _term(ctx: FileContext, sign: int, node) -> List[Tuple[int, cst.BaseExpression, cst.BaseExpression]]:
-    """(sign, coefficient, log call) readings of a product `coef * log(..)`."""
-    s, node = _signed(ctx, node)
+def _factors(ctx: FileContext, node, out: List[cst.BaseExpression], depth: int = 6) -> int:
+    """Appends the factors of a product `a * b * c` to `out`, negations removed, and returns
+    the sign they carried."""
+    sign, node = _signed(ctx, node)
     op = ctx.op(node)
-    if op is None or op.name != "mul" or len(op.args) != 2 or op.kwargs:
+    if depth > 0 and op is not None and op.name == "mul" and len(op.args) == 2 and not op.kwargs:
+        return sign * _factors(ctx, op.args[0], out, depth - 1) * _factors(ctx, op.args[1], out, depth - 1)
+    out.append(node)
+    return sign
+
+
+def _term(ctx: FileContext, sign: int, node) -> List[Tuple[int, cst.BaseExpression, cst.BaseExpression, bool]]:
+    """(sign, coefficient, log call, weighted) readings of a product `coef * log(..)`: one per
+    factor beside the log that could be the label; `weighted` where other factors (a class
+    weight, a mask) multiply the term too."""
+    factors: List[cst.BaseExpression] = []
+    sign *= _factors(ctx, node, factors)
+    logs = []
+    for factor in factors:
+        op = ctx.op(factor)
+        if op is not None and op.name in ("log", "log1p") and len(op.args) == 1 and not op.kwargs:
+            logs.append(factor)
+    if len(factors) < 2 or len(logs) != 1:
         return []
-    readings = []
-    sa, a = _signed(ctx, op.args[0])
-    sb, b = _signed(ctx, op.args[1])
-    for coef, lg in ((a, b), (b, a)):
-        lop = ctx.op(lg)
-        if lop is not None and lop.name in ("log", "log1p") and len(lop.args) == 1 and not lop.kwargs:
-            readings.append((sign * s * sa * sb, coef, lg))
-    return readings
+    others = [f for f in factors if f is not logs[0]]
+    return [(sign, coef, logs[0], len(others) > 1) for coef in others]
 
 
 def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
@@ -118,14 +131,14 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
         return None
     first, second = (_term(ctx, s, t) for s, t in terms)
     for y_readings, q_readings in ((first, second), (second, first)):
-        for s1, y, log_p in y_readings:
+        for s1, y, log_p, weighted_p in y_readings:
             if number_value(strip_parens(y)) is not None:
                 continue
             pop = ctx.op(log_p)
             if pop.name != "log":
                 continue
             p, guard_p = guards.strip_epsilon(ctx, pop.args[0])
-            for s2, coef, log_q in q_readings:
+            for s2, coef, log_q, weighted_q in q_readings:
                 # An epsilon on the label's factor (`(1 - y + eps) * log(1 - p)`) guards no log.
                 coef, label_epsilon = guards.strip_epsilon(ctx, coef)
                 minus = _one_minus(ctx, coef)
@@ -160,6 +173,7 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     guarded_q=guard_q or ((bounds.hi < 1 or guards.clamped_below_one(ctx, guard)) and absorbed is None),
                     absorbed=absorbed,
                     label_epsilon=label_epsilon,
+                    weighted=weighted_p or weighted_q,
                 )
     return None
 
@@ -446,7 +460,7 @@ pattern is left to this rule (NAN201 does not report it again).
             canonical_suffixes.append(
                 (name, ", ".join(_arg_code(a.with_changes(value=ctx.canonical(a.value))) for a in args))
             )
-        fixable = not (match.guarded_p or match.guarded_q or match.label_epsilon) and (
+        fixable = not (match.guarded_p or match.guarded_q or match.label_epsilon or match.weighted) and (
             not through_local or _reusable_here(ctx, z, zenv)
         )
         if not fixable:
