@@ -165,7 +165,9 @@ def sigmoid(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 
 def softmax(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     a = args[0] if args else TOP
-    dim = codes.get("dim") or codes.get("#1")
+    # Without a dim PyTorch picks one from the input's rank (a deprecated spelling, still a
+    # whole distribution along that dim): "implicit", which matches no written dim.
+    dim = codes.get("dim") or codes.get("#1") or "implicit"
     return Value(lo=0.0, hi=1.0, prob="softmax", simplex_dim=dim, zero="a softmax output",
                  dtype=a.dtype, trainable=a.trainable,
                  evidence=(a.evidence + (_ev(line, "softmax"),))[-4:])
