@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional
 
-from .values import INF, RAND_ZERO, TOP, Evidence, Value, interval, join
+from .values import IMPLICIT_DIM, INF, RAND_ZERO, TOP, Evidence, Value, interval, join
 
 Args = List[Value]
 Kw = Dict[str, Value]
@@ -165,9 +165,7 @@ def sigmoid(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 
 def softmax(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     a = args[0] if args else TOP
-    # Without a dim PyTorch picks one from the input's rank (a deprecated spelling, still a
-    # whole distribution along that dim): "implicit", which matches no written dim.
-    dim = codes.get("dim") or codes.get("#1") or "implicit"
+    dim = codes.get("dim") or codes.get("#1") or IMPLICIT_DIM
     return Value(lo=0.0, hi=1.0, prob="softmax", simplex_dim=dim, zero="a softmax output",
                  dtype=a.dtype, trainable=a.trainable,
                  evidence=(a.evidence + (_ev(line, "softmax"),))[-4:])

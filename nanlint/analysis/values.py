@@ -20,6 +20,11 @@ from typing import Optional, Tuple
 INF = math.inf
 
 
+# A softmax written without `dim` (PyTorch picks one from the input's rank, a deprecated
+# spelling): still a whole distribution, along a dim that matches no written one.
+IMPLICIT_DIM = "implicit"
+
+
 @dataclass(frozen=True)
 class Evidence:
     line: int
@@ -40,7 +45,7 @@ class Value:
     nonzero: bool = False
     # "softmax" / "sigmoid" (a probability, underflows to 0 and rounds to 1), or None.
     prob: Optional[str] = None
-    # The dim a softmax normalized over (as written), for a simplex.
+    # The dim a softmax normalized over (as written), for a simplex; IMPLICIT_DIM without one.
     simplex_dim: Optional[str] = None
     # 0/1 values (a comparison, a boolean mask).
     mask: bool = False

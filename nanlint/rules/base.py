@@ -8,6 +8,15 @@ from ..diagnostics import SAFE, UNSAFE  # noqa: F401  (re-exported for rule modu
 from ..triggers import trigger
 
 
+# The opening of `untuned_precision` for a rule whose true findings are real bugs that the
+# project's standard does not count as hazards (nothing becomes inf/NaN).
+NOT_A_HAZARD = (
+    "Off by default: what it reports is a real training bug, but not a hazard by the project's "
+    "standard (`benchmarks/precision/README.md`), which counts a finding as real only where the "
+    "value or its gradient becomes inf/NaN or loses all precision. "
+)
+
+
 class Rule:
     """A rule is a class with a code, a name, a message and `visit_<Node>` hooks.
 

@@ -580,8 +580,6 @@ _KNOWN_METHODS = {
 }
 
 
-
-
 def _expression_probe(ctx: FileContext, node, target, replacement) -> Probe:
     inline = _probe_inline(ctx, node)
     original = ctx.canonical(node, inline=inline)

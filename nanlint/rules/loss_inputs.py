@@ -16,7 +16,7 @@ from .. import analysis
 from ..context import FileContext, node_code, strip_parens
 from ..diagnostics import Edit, Probe
 from ..loss_calls import Criteria, LossCall, loss_input, match_loss_call, record_criterion
-from .base import UNSAFE, Rule
+from .base import NOT_A_HAZARD, UNSAFE, Rule
 
 _KL_FUNCTION = "torch.nn.functional.kl_div"
 _KL_MODULES = {"torch.nn.KLDivLoss", "torch.nn.modules.loss.KLDivLoss"}
@@ -160,13 +160,20 @@ def _harness(loss: str) -> Probe:
     return Probe(kind="harness", harness="loss-on-probabilities", params=(("loss", loss),))
 
 
+# Where these rules stand on the untuned corpora (they have reported nothing there).
+_NEVER_REPORTED = (
+    "On the corpora it was not tuned on (the PyPI packages and batches 1 to 9 of research "
+    "repositories) it has reported nothing, so no finding of it has been judged. "
+)
+
+
 class KLDivOnProbabilities(Rule):
     code = "NAN306"
     untuned_precision = (
-        "Off by default: what it reports is a real training bug, but not a hazard by the project's standard (`benchmarks/precision/README.md`), which counts a finding as real only where the value or its gradient becomes inf/NaN or loses all precision. "
-        "Given probabilities, `kl_div` computes a wrong, finite quantity whose gradient is far too small: nothing becomes inf or NaN. "
-        "On the corpora it was not tuned on (the PyPI packages and batches 1 to 9 of research repositories) it has reported nothing, so no finding of it has been judged. "
-        "Turn it on with `--extend-select NAN306`."
+        NOT_A_HAZARD
+        + "Given probabilities, `kl_div` computes a wrong, finite quantity whose gradient is far too small: nothing becomes inf or NaN. "
+        + _NEVER_REPORTED
+        + "Turn it on with `--extend-select NAN306`."
     )
     default_enabled = False
     fails_in = 'all (wrong input: vanishing gradient)'
@@ -279,10 +286,10 @@ class _OnSoftmax(Rule):
 class NLLOnProbabilities(_OnSoftmax):
     code = "NAN307"
     untuned_precision = (
-        "Off by default: what it reports is a real training bug, but not a hazard by the project's standard (`benchmarks/precision/README.md`), which counts a finding as real only where the value or its gradient becomes inf/NaN or loses all precision. "
-        "Given probabilities, `nll_loss` returns `-p[target]`, finite, with a gradient that shrinks as predictions grow confident: nothing becomes inf or NaN. "
-        "On the corpora it was not tuned on (the PyPI packages and batches 1 to 9 of research repositories) it has reported nothing, so no finding of it has been judged. "
-        "Turn it on with `--extend-select NAN307`."
+        NOT_A_HAZARD
+        + "Given probabilities, `nll_loss` returns `-p[target]`, finite, with a gradient that shrinks as predictions grow confident: nothing becomes inf or NaN. "
+        + _NEVER_REPORTED
+        + "Turn it on with `--extend-select NAN307`."
     )
     default_enabled = False
     fails_in = 'all (wrong input: vanishing gradient)'
@@ -361,10 +368,10 @@ Confidently wrong: one row with logit `m` on class 0, 0 elsewhere, target class 
 class CrossEntropyOnSoftmax(_OnSoftmax):
     code = "NAN308"
     untuned_precision = (
-        "Off by default: what it reports is a real training bug, but not a hazard by the project's standard (`benchmarks/precision/README.md`), which counts a finding as real only where the value or its gradient becomes inf/NaN or loses all precision. "
-        "A double softmax gives a finite loss with a floor above 0 and gradients far too small: nothing becomes inf or NaN. "
-        "On the corpora it was not tuned on (the PyPI packages and batches 1 to 9 of research repositories) it has reported nothing, so no finding of it has been judged. "
-        "Turn it on with `--extend-select NAN308`."
+        NOT_A_HAZARD
+        + "A double softmax gives a finite loss with a floor above 0 and gradients far too small: nothing becomes inf or NaN. "
+        + _NEVER_REPORTED
+        + "Turn it on with `--extend-select NAN308`."
     )
     default_enabled = False
     fails_in = 'all (double softmax: vanishing gradient)'

@@ -26,7 +26,7 @@ from ..analysis.training_events import (
 )
 from ..context import FileContext, dotted_name
 from ..diagnostics import Edit, Position, Probe
-from .base import UNSAFE, Rule
+from .base import NOT_A_HAZARD, UNSAFE, Rule
 
 # Receivers whose clip unscales the gradient by itself (Accelerate, Lightning Fabric,
 # LightningModule.clip_gradients).
@@ -326,8 +326,8 @@ class ClipWithoutUnscale(Rule):
         "same factor; call `scaler.unscale_(optimizer)` before clipping"
     )
     untuned_precision = (
-        "Off by default: what it reports is a real training bug, but not a hazard by the project's standard (`benchmarks/precision/README.md`), which counts a finding as real only where the value or its gradient becomes inf/NaN or loses all precision. "
-        "A clip before `unscale_` makes every update far too small; it never makes one inf or NaN (when the scaled gradients overflow, the clip's NaN is caught by the scaler, which skips that step). "
+        NOT_A_HAZARD
+        + "A clip before `unscale_` makes every update far too small; it never makes one inf or NaN (when the scaled gradients overflow, the clip's NaN is caught by the scaler, which skips that step). "
         "Every finding judged so far was a false alarm by that standard: 0 of 1 on code the rule was not tuned on (SwinBERT's fairscale path) and 0 of 3 on the tune halves (RecBole twice, PointNeXt). "
         "Turn it on with `--extend-select NAN402` in a loop that uses a GradScaler and clips."
     )
