@@ -293,16 +293,18 @@ def rule_command(code: Optional[str], every: bool, output_format: str) -> None:
 
 
 def _rule_json(rule, page: Optional[str] = None) -> dict:
-    from . import RULES_URL
+    from . import rule_url
 
     item = {
         "code": rule.code,
         "name": rule.name,
+        "kind": rule.kind,
+        "claim": rule.claim(),
         "summary": rule.summary or rule.message,
         "message": rule.message,
         "fix": rule.fix_applicability,
         "default": rule.default_enabled,
-        "url": RULES_URL.format(code=rule.code),
+        "url": rule_url(rule.code),
     }
     if page is not None:
         item["explanation"] = page
@@ -312,7 +314,7 @@ def _rule_json(rule, page: Optional[str] = None) -> dict:
 @cli.command("rules")
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def rules_command(output_format: str) -> None:
-    """List every rule: code, name, fixable, on by default."""
+    """List every rule: code, name, kind (what a finding claims), fix, on by default."""
     rules = all_rules()
     if output_format == "json":
         import json
@@ -320,10 +322,10 @@ def rules_command(output_format: str) -> None:
         click.echo(json.dumps([_rule_json(r) for r in rules], indent=2))
         return
     width = max(len(r.name) for r in rules)
-    click.echo(f"{'code':<7} {'name':<{width}}  {'fix':<6}  default")
+    click.echo(f"{'code':<7} {'name':<{width}}  {'kind':<6}  {'fix':<6}  default")
     for r in rules:
         click.echo(
-            f"{r.code:<7} {r.name:<{width}}  {(r.fix_applicability or '-'):<6}  "
+            f"{r.code:<7} {r.name:<{width}}  {r.kind:<6}  {(r.fix_applicability or '-'):<6}  "
             f"{'on' if r.default_enabled else 'off'}"
         )
 

@@ -1,5 +1,6 @@
-"""Rule pages (ruff's shape): rendered from the rule classes into rules/CODE.md and shown by
-`nanlint rule CODE`; rules/README.md is the catalog. A test keeps the files in sync.
+"""Rule pages (ruff's shape): rendered from the rule classes into rules/KIND/CODE.md (a folder
+per rule kind: form, value, misuse, file) and shown by `nanlint rule CODE`; rules/README.md is
+the catalog. A test keeps the files in sync.
 
 "Where it fails (verified)" is the section the verifier measured on the rule's fixtures
 (`python -m nanlint.verify.calibrate`), read from the package data nanlint/verify/verified/CODE.md
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import List, Optional, Type
 
 from .rules import Rule, all_rules
+from .rules.base import KINDS
 
 
 def _fix_line(rule: Type[Rule]) -> str:
@@ -42,6 +44,8 @@ def render_page(rule: Type[Rule]) -> str:
         + _fix_line(rule)
     )
     parts.append("")
+    parts.append(f"Kind: {rule.kind}. A finding claims that {rule.claim()}.")
+    parts.append("")
     parts.append(f"Message: {rule.message}.")
     if rule.fails_in:
         parts += ["", f"Fails in: {rule.fails_in}."]
@@ -63,41 +67,76 @@ def render_page(rule: Type[Rule]) -> str:
     return "\n".join(parts) + "\n"
 
 
+_KIND_TITLES = {
+    "form": "Form: unstable spellings of a stable PyTorch function",
+    "value": "Value: singular points the value can reach",
+    "misuse": "Misuse: wrong order or API use on a path that runs",
+    "file": "File: files nanlint could not lint",
+}
+
+
+def page_path(rule: Type[Rule]) -> str:
+    """The page's path under rules/: a folder per kind."""
+    return f"{rule.kind}/{rule.code}.md"
+
+
 def render_catalog() -> str:
     lines = [
         "# nanlint rules",
         "",
         "Generated from the rule classes (`python -m nanlint.pages`); `nanlint rule CODE` prints a page.",
         "",
-        "| code | name | what fails | fails in | fix | exact | on by default |",
-        "|---|---|---|---|---|---|---|",
+        "Every rule is of one kind, and its findings are judged (and verified) by that kind's claim.",
     ]
-    for rule in all_rules():
-        fix = rule.fix_applicability or "none"
-        exact = {"safe": "yes", "unsafe": "no"}.get(rule.fix_applicability or "", "—")
-        lines.append(
-            f"| [{rule.code}]({rule.code}.md) | {rule.name} | {rule.summary or rule.message} "
-            f"| {rule.fails_in or '—'} | {fix} | {exact} | {'yes' if rule.default_enabled else 'no'} |"
-        )
+    for kind, title in _KIND_TITLES.items():
+        rules = [r for r in all_rules() if r.kind == kind]
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            f"A finding claims that {KINDS[kind]}.",
+            "",
+            "| code | name | what fails | fails in | fix | exact | on by default |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for rule in rules:
+            fix = rule.fix_applicability or "none"
+            exact = {"safe": "yes", "unsafe": "no"}.get(rule.fix_applicability or "", "—")
+            lines.append(
+                f"| [{rule.code}]({page_path(rule)}) | {rule.name} | {rule.summary or rule.message} "
+                f"| {rule.fails_in or '—'} | {fix} | {exact} | {'yes' if rule.default_enabled else 'no'} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def expected_files() -> dict:
-    files = {f"{rule.code}.md": render_page(rule) for rule in all_rules()}
+    """Every page the rule classes render, by its path under rules/."""
+    files = {page_path(rule): render_page(rule) for rule in all_rules()}
     files["README.md"] = render_catalog()
     return files
 
 
+def _present(directory: Path) -> dict:
+    if not directory.is_dir():
+        return {}
+    return {p.relative_to(directory).as_posix(): p.read_text(encoding="utf-8") for p in directory.rglob("*.md")}
+
+
 def write_pages(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, text in expected_files().items():
-        (directory / name).write_text(text, encoding="utf-8")
+    """Write every page and remove the pages no rule renders (a rule that changed kind)."""
+    want = expected_files()
+    for name in set(_present(directory)) - set(want):
+        (directory / name).unlink()
+    for name, text in want.items():
+        target = directory / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
 
 
 def stale_pages(directory: Path) -> List[str]:
-    """Names of the pages under `directory` that are missing, stale or not rendered by any rule."""
+    """Paths of the pages under `directory` that are missing, stale or not rendered by any rule."""
     want = expected_files()
-    have = {p.name: p.read_text(encoding="utf-8") for p in directory.glob("*.md")} if directory.is_dir() else {}
+    have = _present(directory)
     return sorted(name for name in set(want) | set(have) if want.get(name) != have.get(name))
 
 

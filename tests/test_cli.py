@@ -25,7 +25,7 @@ from nanlint.cli import main
 from nanlint.context import node_code
 from nanlint.diagnostics import UNSAFE
 from nanlint.fixes import fix_source
-from nanlint.rules import Rule, all_rules
+from nanlint.rules import Rule, all_rules, get_rule
 
 # NAN101, off by default, is these tests' sample hazard (see the fixture's docstring).
 pytestmark = pytest.mark.usefixtures("sample_rule_on")
@@ -366,12 +366,12 @@ def test_json_output_has_ruffs_keys(cli, tmp_path):
     assert [d["filename"] for d in data] == ["m.py", "n.py"]
     for d in data:
         assert set(d) == {
-            "code", "name", "message", "filename", "cell", "location", "end_location", "fix",
+            "code", "name", "kind", "message", "filename", "cell", "location", "end_location", "fix",
             "noqa_row", "url", "probe",
         }
-        assert d["code"] == "NAN101" and d["name"] == "sigmoid-by-hand"
+        assert d["code"] == "NAN101" and d["name"] == "sigmoid-by-hand" and d["kind"] == "form"
         assert d["cell"] is None  # a cell number only in notebooks
-        assert d["url"].endswith("/rules/NAN101.md")
+        assert d["url"].endswith("/rules/form/NAN101.md")
     fixable, unfixable = data
     assert fixable["location"] == {"row": 5, "column": 12}
     assert fixable["end_location"] == {"row": 5, "column": 35}
@@ -414,7 +414,9 @@ def test_sarif_output_structure(cli, tmp_path):
     for rule in rules:
         assert rule["shortDescription"]["text"]
         assert rule["help"]["text"] and rule["help"]["markdown"].startswith(f"# {rule['id']} ")
-        assert rule["helpUri"].endswith(f"/rules/{rule['id']}.md")
+        kind = get_rule(rule["id"]).kind
+        assert rule["helpUri"].endswith(f"/rules/{kind}/{rule['id']}.md")
+        assert rule["properties"]["kind"] == kind and kind in rule["properties"]["tags"]
     results = run["results"]
     assert [x["ruleId"] for x in results] == ["NAN001", "NAN101"]
     for result in results:
@@ -844,7 +846,7 @@ def test_a_file_named_twice_is_reported_once(cli, tmp_path):
 def test_rule_prints_the_page(cli):
     r = cli("rule", "NAN116")
     assert r.code == 0
-    assert r.out == (ROOT / "rules" / "NAN116.md").read_text(encoding="utf-8")
+    assert r.out == (ROOT / "rules" / "form" / "NAN116.md").read_text(encoding="utf-8")
     assert r.out.startswith("# NAN116 entropy-by-hand\n")
     assert cli("rule", "nan116").out == r.out
 
@@ -861,9 +863,10 @@ def test_rules_lists_every_rule(cli):
     listed = [line.split()[0] for line in r.out.splitlines()[1:]]
     assert listed == [rule.code for rule in all_rules()]
     rows = {line.split()[0]: line.split() for line in r.out.splitlines()[1:]}
-    assert rows["NAN116"] == ["NAN116", "entropy-by-hand", "safe", "on"]
-    assert rows["NAN401"] == ["NAN401", "clip-after-step", "unsafe", "on"]
-    assert rows["NAN102"] == ["NAN102", "log-of-softmax", "safe", "off"]
+    assert rows["NAN116"] == ["NAN116", "entropy-by-hand", "form", "safe", "on"]
+    assert rows["NAN401"] == ["NAN401", "clip-after-step", "misuse", "unsafe", "on"]
+    assert rows["NAN102"] == ["NAN102", "log-of-softmax", "form", "safe", "on"]
+    assert rows["NAN201"] == ["NAN201", "log-without-epsilon", "value", "unsafe", "off"]
 
 
 # --- suppression comments -------------------------------------------------------------------

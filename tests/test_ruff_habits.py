@@ -247,7 +247,7 @@ def test_rule_all_and_json(cli):
     code, out, _ = cli("rule", "NAN101", "--output-format", "json")
     item = json.loads(out)
     assert item["code"] == "NAN101" and item["name"] == "sigmoid-by-hand" and item["fix"] == "safe"
-    assert item["default"] is True and item["url"].endswith("/rules/NAN101.md")
+    assert item["default"] is True and item["url"].endswith("/rules/form/NAN101.md") and item["kind"] == "form"
     assert item["explanation"].startswith("# NAN101 ")
     code, out, _ = cli("rule", "--all", "--output-format", "json")
     assert [x["code"] for x in json.loads(out)] == [r.code for r in all_rules()]

@@ -139,7 +139,7 @@ def test_diagnostic_quick_fix_and_diagnostic_gone(tmp_path):
         uri = s.open(path, HAZARD)
         (diag,) = await s.diagnostics(uri)
         assert diag.code == "NAN101" and diag.source == "nanlint"
-        assert diag.code_description.href.endswith("/rules/NAN101.md")
+        assert diag.code_description.href.endswith("/rules/form/NAN101.md")
         assert (diag.range.start.line, diag.range.start.character) == (4, 11)
         assert (diag.range.end.line, diag.range.end.character) == (4, 34)
         actions = await s.actions(uri, diag)

@@ -5,14 +5,24 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
-from .. import RULES_URL
+from .. import rule_url
 from ..diagnostics import Diagnostic
+from ..rules import get_rule
+
+
+def _kind(code: str):
+    try:
+        return get_rule(code).kind
+    except KeyError:
+        return None
 
 
 def to_dict(d: Diagnostic) -> Dict[str, Any]:
     return {
         "code": d.code,
         "name": d.name,
+        # What the finding claims (form, value, misuse, file): how it is judged and verified.
+        "kind": _kind(d.code),
         "message": d.message,
         "filename": d.path,
         # The cell (1-based, every cell counted) in a notebook, else null; rows are the cell's.
@@ -22,7 +32,7 @@ def to_dict(d: Diagnostic) -> Dict[str, Any]:
         "fix": d.fix.to_json() if d.fix else None,
         # Where a `# noqa: CODE` comment suppresses it (the first line of the range).
         "noqa_row": d.start.row,
-        "url": RULES_URL.format(code=d.code),
+        "url": rule_url(d.code),
         "probe": d.probe.to_json() if d.probe else None,
     }
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from .. import RULES_URL, __version__
+from .. import __version__, rule_url
 from ..diagnostics import Diagnostic
 from ..rules import all_rules
 from ..pages import render_page
@@ -21,9 +21,9 @@ def _rule(rule) -> Dict[str, Any]:
         "shortDescription": {"text": rule.summary or rule.message},
         "fullDescription": {"text": rule.message},
         "help": {"text": rule.message, "markdown": render_page(rule)},
-        "helpUri": RULES_URL.format(code=rule.code),
+        "helpUri": rule_url(rule.code),
         "defaultConfiguration": {"level": "error" if rule.default_enabled else "warning"},
-        "properties": {"tags": ["numerics", "pytorch"]},
+        "properties": {"tags": ["numerics", "pytorch", rule.kind], "kind": rule.kind, "claim": rule.claim()},
     }
 
 

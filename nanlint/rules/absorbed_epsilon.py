@@ -12,6 +12,7 @@ from .base import Rule
 
 class AbsorbedEpsilon(Rule):
     code = "NAN126"
+    kind = "value"
     name = "epsilon-absorbed-at-one"
     fails_in = 'float32 (eps < 2.98e-8); float16 (eps < 2.44e-4); bfloat16 (eps < 1.95e-3)'
     message = (

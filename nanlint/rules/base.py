@@ -17,6 +17,25 @@ NOT_A_HAZARD = (
 )
 
 
+# What a finding claims, and so how it is judged and verified (DESIGN.md, "A rule"):
+KINDS = {
+    "form": (
+        "this expression is an unstable spelling of a function PyTorch computes stably: in its "
+        "dtype it overflows, underflows or cancels where that function is finite, and the "
+        "rewrite is exact. It is reported whatever today's inputs are: only a guard the code "
+        "applies to the input (a clamp, a shift) or, for a failure in the gradient alone, the "
+        "absence of a gradient keeps it quiet"
+    ),
+    "value": (
+        "the value here can reach a singular point (log or division at 0, sqrt's gradient at 0, "
+        "an empty selection, an epsilon that is 0 in float16) with inputs the surrounding code "
+        "plausibly produces in normal use; a range the code bounds elsewhere keeps it quiet"
+    ),
+    "misuse": "the code does this, on a path that runs: an order or an API use that is wrong",
+    "file": "the file could not be linted (an engine finding, not a hazard in the code)",
+}
+
+
 class Rule:
     """A rule is a class with a code, a name, a message and `visit_<Node>` hooks.
 
@@ -34,6 +53,8 @@ class Rule:
 
     code: ClassVar[str]
     name: ClassVar[str]
+    # One of KINDS: what a finding of this rule claims.
+    kind: ClassVar[str]
     # One sentence: what fails and why. Shown with every finding.
     message: ClassVar[str]
     # SAFE: exact in real arithmetic; UNSAFE: changes values or order; None: no fix.
@@ -78,6 +99,10 @@ class Rule:
         if cls.triggers is None:
             return True
         return trigger(cls.triggers).search(source)
+
+    @classmethod
+    def claim(cls) -> str:
+        return KINDS[cls.kind]
 
     @classmethod
     def fixable(cls) -> bool:

@@ -181,6 +181,7 @@ class _LossRule(Rule):
 
 class CrossEntropyHalfLogits(_LossRule):
     code = "NAN303"
+    kind = "misuse"
     fails_in = 'float16'
     triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-half-logits"
@@ -353,6 +354,7 @@ region (or a function decorated with one) are left alone."""
 
 class CrossEntropyNoUpcast(_LossRule):
     code = "NAN304"
+    kind = "misuse"
     fails_in = 'none in normal use (a policy; on CUDA the loss keeps float16 rounding)'
     triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-no-upcast"
@@ -589,6 +591,7 @@ def _expression_probe(ctx: FileContext, node, target, replacement) -> Probe:
 
 class HalfSoftmaxMath(Rule):
     code = "NAN305"
+    kind = "misuse"
     fails_in = 'float16'
     triggers = r"half|float16|HalfTensor|autocast"
     name = "half-softmax-math"
@@ -903,6 +906,7 @@ class _DropHalfCasts(cst.CSTTransformer):
 
 class HalfReduction(Rule):
     code = "NAN206"
+    kind = "misuse"
     fails_in = 'float16'
     name = "half-reduction"
     triggers = r"half|float16|HalfTensor"

@@ -93,6 +93,7 @@ _REDUCTIONS = ("sum", "mean")
 
 class EntropyByHand(Rule):
     code = "NAN116"
+    kind = "form"
     fails_in = 'all (p = 0)'
     name = "entropy-by-hand"
     message = (
@@ -276,6 +277,7 @@ def _kl_terms(ctx: FileContext, node: cst.BaseExpression):
 
 class KlByHand(Rule):
     code = "NAN121"
+    kind = "form"
     fails_in = 'all (p or q = 0)'
     name = "kl-by-hand"
     message = (
@@ -400,6 +402,7 @@ def _is_one_minus(ctx: FileContext, node: cst.BaseExpression, p: cst.BaseExpress
 
 class LogitByHand(Rule):
     code = "NAN115"
+    kind = "value"
     untuned_precision = (
         "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 2 on the test split (1 of 4 on the tune split; 1 of 5 before the analysis bounded a `uniform_(1e-6, 1 - 1e-6)` draw), below the 90% bar. "
         "The false alarms left: an affine map of `rand` with a symbolic bias, endpoints sliced off with `[1:-1]`, a weighted mean of sigmoids, and values bounded by their distribution. Turn it on with `--extend-select NAN115` where such values are not in play."
@@ -514,6 +517,7 @@ def _negated_log(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.Bas
 
 class GumbelByHand(Rule):
     code = "NAN119"
+    kind = "value"
     fails_in = 'float16, bfloat16 (rand returns 0)'
     name = "gumbel-by-hand"
     message = (
@@ -649,6 +653,7 @@ def _logvar_exponent(ctx: FileContext, arg: cst.BaseExpression) -> Optional[Tupl
 
 class ExpLogvar(Rule):
     code = "NAN120"
+    kind = "value"
     fails_in = 'float16 from 11.1; float32 from 88.7'
     name = "exp-logvar"
     message = (

@@ -219,6 +219,7 @@ def _probe_pair(ctx: FileContext, whole: cst.BaseExpression, part: cst.BaseExpre
 
 class VanishingEpsilon(Rule):
     code = "NAN202"
+    kind = "value"
     untuned_precision = (
         "Off by default: measured on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: the test halves of research repositories in no benchmark, batches 1 to 9, each split and fixed before any finding was read), 1 of 4 findings were real hazards, below the 90% bar; every finding on the tune halves (4) was a false alarm too. "
         "The real one: a decision transformer that runs under its float16 autocast option, where zero-padded rows give 0 / 0 once `1e-8` rounds to 0. The false alarms: float16 evidence that does not hold where the epsilon runs (another model of the project made `.half()`, a real-time voice path whose tensors are all built float32, a relaxed branch nothing calls), and linear-attention normalizers of positive features. "
@@ -429,6 +430,7 @@ expression in float32 instead.
 
 class MaskedFillOverflow(Rule):
     code = "NAN203"
+    kind = "value"
     untuned_precision = (
         "Off by default: measured on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: every file of the real-bugs test-half repositories, the test half of the research repositories in no benchmark, and both halves of batches 4 and 5, 80 repositories that train in float16, batch 5 chosen because they fill scores with large constants; each split and fixed before any finding was read), 1 of 5 findings were real hazards, below the 90% bar. "
         "The real one was a large negative fill of a float16 einsum output in the file itself (kornia's LoFTR). The false alarms: a branch no configuration reaches, and three fills in vendored code (`bertabs` twice, Transformer-XL's sampled softmax inside a copy of `pytorch_pretrained_bert`) that the project's float16 line does not run in practice; the fill overflows only where the tensor is float16, and the rule reads that from another file of the project. "
@@ -627,6 +629,7 @@ def _big(ctx: FileContext, node: cst.BaseExpression) -> Optional[float]:
 
 class FullyMaskedSoftmax(Rule):
     code = "NAN204"
+    kind = "value"
     fails_in = 'all (a fully masked row)'
     name = "fully-masked-softmax"
     message = (

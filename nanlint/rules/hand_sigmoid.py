@@ -49,6 +49,7 @@ def one_plus_exp(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.Bas
 
 class HandWrittenSigmoid(Rule):
     code = "NAN101"
+    kind = "form"
     fails_in = 'all; float16 first (exponent > 11.1)'
     name = "sigmoid-by-hand"
     message = (

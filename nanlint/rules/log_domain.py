@@ -180,6 +180,7 @@ def _single_dim(ctx: FileContext, node: Optional[cst.BaseExpression], env: Env) 
 
 class LogOfSoftmax(Rule):
     code = "NAN102"
+    kind = "form"
     untuned_precision = (
         "Off by default: measured on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: every file of the real-bugs test-half repositories, the test half of the research repositories in no benchmark, and both halves of 80 repositories that train in float16, each split and fixed before any finding was read), 1 of 11 findings were real hazards, below the 90% bar. The real one: an entropy filter that takes the softmax of float16 logits, where a gap of 17 gives `0 * log 0`. The false alarms: cosine logits at CLIP's scale and over a temperature of 0.07, a focal loss over cosine logits that no code calls, and six decoders (beam search, greedy decoding, perplexity) in float32 under `no_grad`, whose `-inf` entries `topk` or `argmax` never select. "
         "In float32 a probability rounds to 0 only past a logit gap of about 104, which the judges did not find plausible for those logits; the two learned mixture weights it reported on the tune half were judged the same way. "
@@ -294,6 +295,7 @@ are guarded (and not exactly `log_softmax`)."""
 
 class LogOfSigmoid(Rule):
     code = "NAN103"
+    kind = "form"
     untuned_precision = (
         "Off by default: measured on code the rule was not tuned on, judged by the project's standard (the test split of the untuned precision corpus, `benchmarks/precision/`, and research repositories judged blind: every file of the 44 real-bugs test-half repositories, and the test half of 122 repositories in no benchmark, split by a hash of the repository name before any finding was read; `benchmarks/precision/README.md`), 1 of 13 findings were real hazards (corpus: 1 of 1, `logits.sigmoid().log()` in a library run under float16 autocast; research repositories: 0 of 12), below the 90% bar. "
         "Eleven of the twelve false alarms were `log(sigmoid(x))` in float32 (the log-determinant of a Glow or RealNVP coupling, `log(sigmoid(h + 2))`, whose own loss term pushes `h` up, an IAF gate, focal losses with prior-initialised logits), as were all eight on the tune half, where the one real finding was a `log(1 - sigmoid(x))`. So `log(sigmoid(x))` is now reported only in float16. Measured again after that change: 0 of 1 on the test half (a focal loss's CPU fallback, run only where the CUDA kernel is missing), 1 of 1 on the tune half, and no finding on the corpus: the library's real finding has no float16 evidence in its code (it is run under autocast by its users) and is no longer reported. "
@@ -459,6 +461,7 @@ to float."""
 
 class SoftplusByHand(Rule):
     code = "NAN104"
+    kind = "form"
     untuned_precision = (
         "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 7 findings real on the test split (0 of 2 on the tune split), below the 90% bar. "
         "The false alarms: exponents bounded by a branch (a min minus a max), by `masked_fill` plus `where`, by a clamp, an assert or `-abs(...)`, and `softplus`-like forms of learned parameters. Turn it on with `--extend-select NAN104` where such values are not in play."
@@ -573,6 +576,7 @@ raises on them)."""
 
 class LogOnePlus(Rule):
     code = "NAN105"
+    kind = "form"
     fails_in = 'all (accuracy only)'
     triggers = r"\blog\b"
     # Accuracy only (never a NaN): on the corpus most hits were benign step sizes in
@@ -675,6 +679,7 @@ A sum kept in a local variable is reported without a fix."""
 
 class ExpMinusOne(Rule):
     code = "NAN106"
+    kind = "form"
     fails_in = 'all (accuracy only)'
     triggers = r"\bexp\b"
     # Accuracy only (never a NaN): on the corpus most hits were benign step sizes in
@@ -771,6 +776,7 @@ Python numbers, and constants. An `exp` kept in a local variable is reported wit
 
 class LogsumexpByHand(Rule):
     code = "NAN107"
+    kind = "form"
     untuned_precision = (
         "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 1 on the test split (0 of 1 on the tune split), below the 90% bar. "
         "The false alarms: a sum of exponentials already shifted by a maximum computed elsewhere. Turn it on with `--extend-select NAN107` where such values are not in play."
@@ -915,6 +921,7 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
 
 class SoftmaxByHand(Rule):
     code = "NAN108"
+    kind = "form"
     untuned_precision = (
         "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 1 on the test split (1 of 1 on the tune split), below the 90% bar. "
         "The false alarms: an exponent bounded by construction (a linspace from -eta to 0). Turn it on with `--extend-select NAN108` where such values are not in play."

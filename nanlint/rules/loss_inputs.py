@@ -169,6 +169,7 @@ _NEVER_REPORTED = (
 
 class KLDivOnProbabilities(Rule):
     code = "NAN306"
+    kind = "misuse"
     untuned_precision = (
         NOT_A_HAZARD
         + "Given probabilities, `kl_div` computes a wrong, finite quantity whose gradient is far too small: nothing becomes inf or NaN. "
@@ -285,6 +286,7 @@ class _OnSoftmax(Rule):
 
 class NLLOnProbabilities(_OnSoftmax):
     code = "NAN307"
+    kind = "misuse"
     untuned_precision = (
         NOT_A_HAZARD
         + "Given probabilities, `nll_loss` returns `-p[target]`, finite, with a gradient that shrinks as predictions grow confident: nothing becomes inf or NaN. "
@@ -367,6 +369,7 @@ Confidently wrong: one row with logit `m` on class 0, 0 elsewhere, target class 
 
 class CrossEntropyOnSoftmax(_OnSoftmax):
     code = "NAN308"
+    kind = "misuse"
     untuned_precision = (
         NOT_A_HAZARD
         + "A double softmax gives a finite loss with a floor above 0 and gradients far too small: nothing becomes inf or NaN. "

@@ -87,6 +87,7 @@ def _where_parts(ctx: FileContext, node: cst.Call):
 
 class WhereUnsafeBranch(Rule):
     code = "NAN112"
+    kind = "value"
     fails_in = 'all (gradient)'
     name = "where-unsafe-branch"
     message = (
@@ -384,6 +385,7 @@ def _count_of(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseEx
 
 class MaskedMeanEmpty(Rule):
     code = "NAN113"
+    kind = "value"
     untuned_precision = (
         "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 3 of 20 on the test split (0 of 6 on the tune split, 0 of 12 before the analysis saw that a validity mask a helper asserts non-empty and a mask of sequence positions built from lengths cannot be empty, and a NaN removed by `nan_to_num` later in the function), below the 90% bar. "
         "The false alarms: masks built from positive lengths in another function or file, tokenizer attention masks, a helper asserting one valid entry, classes from `torch.unique`, an early return when nothing is selected, masks built in `__init__`, and NaN dropped afterwards by `nanmax` or in another function. Turn it on with `--extend-select NAN113` where such values are not in play."

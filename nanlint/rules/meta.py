@@ -7,6 +7,7 @@ from .base import Rule
 
 class SyntaxErrorRule(Rule):
     code = "NAN001"
+    kind = "file"
     fails_in = '—'
     name = "syntax-error"
     message = "The file does not parse; it was not linted"
@@ -21,6 +22,7 @@ turned off by `--ignore`: fix the file or exclude it.
 
 class IOErrorRule(Rule):
     code = "NAN002"
+    kind = "file"
     fails_in = '—'
     name = "io-error"
     message = "The file could not be read or decoded; it was not linted"

@@ -82,6 +82,7 @@ def _has_free_input(ctx: FileContext, node: cst.BaseExpression, env: Env) -> boo
 
 class SqrtOfSumOfSquares(Rule):
     code = "NAN109"
+    kind = "form"
     untuned_precision = (
         "Off by default: on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 0 of 15 findings are real on the test split (the one judged real before, the sparse branch of a Euclidean similarity, was re-judged: only inference reaches it), 3 of 20 on the tune split, below the 90% bar. "
         "The real ones (tune split): the channel norm of post-ReLU features in perceptual losses (a pixel whose features are all 0) and the magnitude of a finite-difference image gradient (0 on any flat region). The false alarms left: magnitudes in fixed-kernel audio front-ends whose input takes no gradient in normal use, per-sample gradient norms built from tensors detached in hooks, optimizer steps written outside a `torch.optim.Optimizer` subclass or called from a `no_grad` caller in another file, gradient norms that are 0 only at an exact stationary point, filter responses and distances between distinct points that are not 0 in practice, and rows that are non-zero by construction. Turn it on with `--extend-select NAN109` for loss code such as differentiable image-quality or optimal-transport losses."
@@ -247,6 +248,7 @@ def _sqrt_argument(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.B
 
 class SqrtAtZero(Rule):
     code = "NAN122"
+    kind = "value"
     untuned_precision = (
         "Off by default: on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 0 of 9 findings are real on the tune split and 1 of 9 on the test split (an isotropic Hessian that makes a discriminant exactly 0 in a differentiable Newton step), below the 90% bar. "
         "The tune split's false alarms: per-sample gradient norms built in backward hooks from detached tensors, optimizer internals that run without autograd (a `no_grad` caller in another file, a helper that ends in `detach_()`), and a constant geometry. Turn it on with `--extend-select NAN122` in loss code that clamps a squared distance at 0 before its root."
@@ -384,6 +386,7 @@ scale of the values and changes them slightly."""
 
 class SqrtOfExpandedDistance(Rule):
     code = "NAN125"
+    kind = "value"
     fails_in = 'all (equal or nearly equal points)'
     name = "sqrt-of-expanded-distance"
     message = (
@@ -526,6 +529,7 @@ def _broadcast_of(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpress
 
 class NormalizeByHand(Rule):
     code = "NAN110"
+    kind = "value"
     untuned_precision = (
         "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 18 on the test split (0 of 8 on the tune split), below the 90% bar. "
         "The false alarms: random Gaussian vectors, learned parameters and embeddings, displacements between distinct atoms, quaternions, rows made non-zero by `x[x == 0] = eps`, and inverse-iteration vectors: vectors that are zero only by a coincidence of learned or random values. Turn it on with `--extend-select NAN110` where such values are not in play."
@@ -675,6 +679,7 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
 
 class AcosWithoutClamp(Rule):
     code = "NAN111"
+    kind = "value"
     untuned_precision = (
         "Off by default: measured on code the rule was not tuned on, judged by the project's standard (the test split of the untuned precision corpus, `benchmarks/precision/`, and research repositories judged blind: every file of the 44 real-bugs test-half repositories, and the test half of 122 repositories in no benchmark, split by a hash of the repository name before any finding was read; `benchmarks/precision/README.md`), 1 of 4 findings were real hazards (research repositories: 1 of 4, an unclamped `acos` of a dot product over norms in a line detector; the corpus had none), below the 90% bar. The false alarms: spherical interpolations between two independent Gaussian latents in public functions of a package (the analysis trusts their call sites only for scripts and helpers the file alone calls). Turn it on with `--extend-select NAN111` where the vectors can be equal or nearly parallel."
     )

@@ -74,6 +74,7 @@ _MASTER_WEIGHTS = ("FP16_Optimizer", "amp.initialize")
 
 class AdamEpsHalf(Rule):
     code = "NAN404"
+    kind = "misuse"
     fails_in = 'float16 parameters'
     name = "adam-eps-half"
     message = (

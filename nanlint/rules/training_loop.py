@@ -152,6 +152,7 @@ def _line_indent(ctx: FileContext, row: int, column: int) -> Optional[str]:
 
 class ClipAfterStep(Rule):
     code = "NAN401"
+    kind = "misuse"
     fails_in = 'all (any dtype)'
     name = "clip-after-step"
     message = (
@@ -318,6 +319,7 @@ between them. When the step is `scaler.step(optimizer)`, the moved clip then nee
 
 class ClipWithoutUnscale(Rule):
     code = "NAN402"
+    kind = "misuse"
     fails_in = 'all (with a GradScaler)'
     name = "clip-without-unscale"
     message = (
@@ -465,6 +467,7 @@ of one optimizer in one step raises a RuntimeError).
 
 class StepBypassesScaler(Rule):
     code = "NAN403"
+    kind = "misuse"
     fails_in = 'all (with a GradScaler)'
     name = "step-bypasses-scaler"
     message = (

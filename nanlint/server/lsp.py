@@ -14,7 +14,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
-from .. import RULES_URL, __version__
+from .. import __version__, rule_url
 from ..diagnostics import SAFE, Diagnostic, Edit, Position
 from ..engine import IO_ERROR, SYNTAX_ERROR
 from .edits import LINTED_SUFFIXES, Linted, fix_all_safe, ignore_edit, lint_document
@@ -64,7 +64,7 @@ def _lsp_diagnostic(doc: TextDocument, d: Diagnostic) -> types.Diagnostic:
         message=d.message,
         severity=types.DiagnosticSeverity.Error if error else types.DiagnosticSeverity.Warning,
         code=d.code,
-        code_description=None if error else types.CodeDescription(href=RULES_URL.format(code=d.code)),
+        code_description=None if error else types.CodeDescription(href=rule_url(d.code)),
         source=SOURCE,
         data={"fix": d.fix.applicability if d.fix else None},
     )

@@ -5,7 +5,7 @@ rule plus CODE, as the fixture tests do), verifies each finding of CODE on the C
 a Markdown section to nanlint/verify/verified/<CODE>.md: one table with a row per context
 (input dtype, autocast, device) saying where the original and the fix fail, aggregated over
 the findings, the verdict counts and a few witnesses a person can rerun. The rule pages
-(`nanlint rule CODE`, rules/CODE.md) include it as "Where it fails (verified)".
+(`nanlint rule CODE`, rules/KIND/CODE.md) include it as "Where it fails (verified)".
 
 The output is deterministic for a given torch version and CPU kernels: the verifier's inputs are
 seeded, kernels run on one thread, findings and contexts keep their order, and the file holds

@@ -17,7 +17,7 @@ import textwrap
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import RULES_URL
+from .. import rule_url
 from .findings import printable, source_lines
 from .report_text import counts, summary
 from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS
@@ -105,7 +105,7 @@ def _finding(i: int, r: Verified, plots: bool, roots: List[str]) -> str:
     d, v = r.diagnostic, r.verification
     out = [f'<section class="card" id="f{i}">']
     out.append(f"<h2>{_e(d.where())} "
-               f'<a href="{_e(RULES_URL.format(code=d.code))}">{_e(d.code)}</a> {_e(d.name)} {_badge(v.verdict)}</h2>')
+               f'<a href="{_e(rule_url(d.code))}">{_e(d.code)}</a> {_e(d.name)} {_badge(v.verdict)}</h2>')
     out.append(f"<div>{_e(d.message)}</div>")
     if v.witness is not None:
         out.append(f'<p class="witness">Original: {_e(v.witness.sentence())}</p>')
