@@ -105,8 +105,14 @@ def test_a_constructor_setting_no_construction_overrides_is_its_default():
                               lambda ctx, call: (analysis.value(ctx, call.args[0].value).lo,
                                                  analysis.value(ctx, call.args[0].value).hi))
     assert bounds == {14: (-10.0, 10.0)}
+    # A default is a setting someone may change, not a guard the code applies: the enforced
+    # analysis leaves k unknown, so the form rule reports the spelling and says the bound.
+    enforced = _query_each_call("m.py", source, "torch.exp",
+                                lambda ctx, call: analysis.enforced_value(ctx, call.args[0].value).hi)
+    assert enforced == {14: float("inf")}
     rules = [get_rule("NAN101")]
-    assert lint_source("m.py", source, rules).diagnostics == []
+    (d,) = lint_source("m.py", source, rules).diagnostics
+    assert d.start.row == 14 and "at most 10" in d.message and "does not enforce" in d.message
     built = source + "\n\nstep = Step(k=100)\n"
     assert [d.start.row for d in lint_source("m.py", built, rules).diagnostics] == [14]
     unknown = source + "\n\ndef make(k):\n    return Step(k)\n"
@@ -285,10 +291,13 @@ def test_self_method_and_init_default_reach_the_probe():
     (d,) = [d for d in lint_source(path, built, all_rules()).diagnostics if d.code == "NAN101"]
     assert {i.name: i.value for i in d.probe.inputs}["self.k"] == 100.0
     small = source.replace(built_here, "TextDetectionHead(in_channels, k=10)")
-    # Without the `.half()`: float32, where an exponent of at most 50 keeps exp finite.
+    # Without the `.half()`: float32, where an exponent of at most 50 keeps exp finite for the
+    # default; but the default is not a guard, so the form rule reports it and says the bound.
     float32 = source.replace(".cuda().half()", ".cuda()")
     assert float32 != source
-    assert [d for d in lint_source(path, float32, all_rules()).diagnostics if d.code == "NAN101"] == []
+    (d,) = [d for d in lint_source(path, float32, all_rules()).diagnostics if d.code == "NAN101"]
+    assert "at most 50" in d.message and "float16" not in d.message.split("at most 50")[1]
+    # Built in view with k=10, a value the code passes: exp stays finite even in float16.
     assert [d for d in lint_source(path, small, all_rules()).diagnostics if d.code == "NAN101"] == []
 
 
@@ -437,7 +446,7 @@ def test_no_gradient_says_why_with_the_line_of_its_evidence():
     assert seen[19] is None  # a product with a parameter
     assert seen[20] == "made by `torch.randn` without `requires_grad` at line 18"
     assert seen[22] is None  # a parameter was written into it
-    assert seen[23] == "read as a number (`.item()`)"
+    assert seen[23] == "its value is only read by `.item()`"
 
 
 CALLED_WITHOUT_AUTOGRAD = '''import numpy as np

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from nanlint.engine import lint_source
+from nanlint.rules import get_rule
 from nanlint.verify.expression import prepare_probe
 from nanlint.verify.verifier import verify_one
 
@@ -47,10 +48,15 @@ def test_fixture_probe_gets_its_verdict(diagnostic, verdict):
     v = verify_one(diagnostic, "cpu")
     what = diagnostic.probe.original or diagnostic.probe.harness
     if verdict == "confirmed" and diagnostic.probe.kind == "expression":
-        # A fixture's inputs are often bare parameters the analysis proves nothing about: the
-        # same failure is then "possible", and the reason names those inputs.
+        # A fixture's inputs are often bare parameters the analysis proves nothing about. For
+        # a form rule the failure at any input of the dtype confirms the claim, and the reason
+        # says that reach was not shown; for the others the same failure is "possible".
         unbounded = [s.name for s in prepare_probe(diagnostic.probe).specs if s.value is None and not s.proven]
-        if unbounded:
+        if get_rule(diagnostic.code).kind == "form":
+            if v.verdict == "confirmed":
+                assert ("reach not shown" in v.reason) == bool(unbounded) or "it held: reach not shown" in v.reason, v.reason
+                assert "reach" in v.reason, v.reason
+        elif unbounded:
             verdict = "possible"
             assert all(name in v.reason for name in unbounded) or v.verdict != "possible", v.reason
     assert v.verdict == verdict, f"{diagnostic.code} {what}: {v.line()}"

@@ -42,7 +42,7 @@ from ..ops import number_value
 from .. import ranges
 from ..rewrite import follow_local
 from .flow import Env, FileAnalysis
-from . import imports, sampled_actions, summaries, transfer
+from . import imports, sampled_actions, summaries, transfer, uses
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join, stored_as
 from .batches import single_sample_batch
 
@@ -52,7 +52,7 @@ __all__ = [
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
     "differentiated_nodes", "backward_reaches",
     "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
-    "exp_cannot_overflow", "exponent_bounded", "shifted_by_global_max", "called_under_autocast", "softmax_distribution",
+    "exp_cannot_overflow", "exp_kept_finite", "exp_bound_note", "enforced_value", "exponent_bounded", "shifted_by_global_max", "called_under_autocast", "softmax_distribution",
 ]
 
 
@@ -65,6 +65,23 @@ def probe_analysis(ctx: FileContext) -> FileAnalysis:
     a parameter no call passes has its default (callsites.py says why the rules' analysis is
     more careful)."""
     return ctx.derived("probe analysis", lambda: FileAnalysis(ctx, probing=True))
+
+
+def enforced_analysis(ctx: FileContext) -> FileAnalysis:
+    """The analysis without parameter defaults: what holds for any setting the code may be
+    given (a constructor's `k=50` is unknown; what the file's calls pass still counts)."""
+    return ctx.derived("enforced analysis", lambda: FileAnalysis(ctx, enforced=True))
+
+
+def enforced_value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
+    """What `expr` holds at the node being visited whatever a default says: a bound here comes
+    from the code's own guards (a clamp, a branch, a max-shift, `-abs(x)`, a clamp every caller
+    applies), never from a setting someone may change."""
+    fa = enforced_analysis(ctx)
+    try:
+        return fa.eval(expr, fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr)))
+    except RecursionError:
+        return TOP
 
 
 def _env_here(ctx: FileContext, fa: FileAnalysis) -> Env:
@@ -295,7 +312,9 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     - the function only ever runs where autograd is off (every call the file makes to a
       private helper is under `no_grad`, `callsites.only_without_autograd`), or it is an
       `nn.Module`'s `__init__` (built once, never differentiated);
-    - the result is read as a Python number at once (`.item()`, `.tolist()`)."""
+    - no use of the result carries a gradient back: it is read as a Python number
+      (`.item()`, `.tolist()`), only compared, used as an index or picked by `argmin` /
+      `argmax` (box assignment, nearest neighbours), also through local names (uses.py)."""
     fa = file_analysis(ctx)
     env, v = _at_node(ctx, expr)
     why = env.nograd or v.nograd
@@ -307,12 +326,9 @@ def no_gradient(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     if why is not None:
         row = fa.line(why.line)
         return f"{why.reason} at line {row}" if row else why.reason
-    node = ctx.stack[-1] if ctx.stack else None
-    if node is not None and strip_parens(expr) is strip_parens(node) and len(ctx.stack) > 1:
-        parent = ctx.stack[-2]
-        if isinstance(parent, cst.Attribute) and parent.attr.value in ("item", "tolist"):
-            return f"read as a number (`.{parent.attr.value}()`)"
-    return None
+    # Where the value goes: only compared, used as an index, picked by `argmin`, read as a
+    # number (uses.py), so nothing differentiates it.
+    return uses.consumed_without_gradient(ctx, expr)
 
 
 # Integer casts the transfer table has no entry for.
@@ -363,27 +379,59 @@ FLOAT16_EXP_LIMIT = 11.0
 FLOAT32_EXP_LIMIT = 88.0
 
 
-def exp_cannot_overflow(ctx: FileContext, exponent: cst.BaseExpression) -> bool:
-    """`exp(exponent)` stays finite here: the flow bounds the exponent (a branch condition,
-    a clamp, `t[t > 20] = 20`, a constructor's default `k`) below the overflow edge of the
-    dtype `exp` runs in (float16 where `_exp_in_float16` says why, else float32)."""
-    v = value(ctx, exponent)
+def _below_exp_edge(ctx: FileContext, exponent: cst.BaseExpression, v: Value) -> bool:
+    """`v`, the exponent's value, stays below the overflow edge of the dtype `exp` runs in
+    (float16 where `_exp_in_float16` says why, else float32)."""
     if v.hi == float("inf"):
         return False
     half = _exp_in_float16(ctx, exponent, v) is not None
     return v.hi <= (FLOAT16_EXP_LIMIT if half else FLOAT32_EXP_LIMIT)
 
 
-def exp_bounded_for_float32_only(ctx: FileContext, exponent: cst.BaseExpression) -> Optional[str]:
-    """Why `exp(exponent)` overflows although the flow bounds the exponent: the bound holds
-    for float32 but `exp` runs in float16 here (a sentence for a message), else None."""
+def exp_cannot_overflow(ctx: FileContext, exponent: cst.BaseExpression) -> bool:
+    """`exp(exponent)` stays finite here for the inputs the analysis sees: the flow bounds the
+    exponent (a branch condition, a clamp, `t[t > 20] = 20`, a constructor's default `k`, what
+    the file's calls pass) below the overflow edge of the dtype `exp` runs in."""
+    return _below_exp_edge(ctx, exponent, value(ctx, exponent))
+
+
+def exp_kept_finite(ctx: FileContext, exponent: cst.BaseExpression) -> bool:
+    """The code itself keeps `exp(exponent)` finite, whatever its inputs: a guard it applies
+    (a clamp, a branch, a max-shift, `-abs(x)`) bounds the exponent below the edge of the
+    dtype `exp` runs in. A bound that holds only for what callers pass or a default says
+    (a gain `k = 50`, two sigmoid maps) does not count: a form rule reports the spelling."""
+    return exp_cannot_overflow(ctx, exponent) and _below_exp_edge(ctx, exponent, enforced_value(ctx, exponent))
+
+
+class ExpBound(NamedTuple):
+    """A bound on `exp`'s exponent that the code does not enforce (a default, what the inputs
+    happen to be): the largest exponent, where it comes from, and why `exp` runs in float16
+    here (None: in float32)."""
+
+    hi: float
+    cited: str
+    half: Optional[str]
+
+    def clause(self) -> str:
+        """"here the exponent is at most 50 (...)", for a message."""
+        source = f" ({self.cited})" if self.cited else ""
+        if self.half is not None and self.hi > FLOAT16_EXP_LIMIT:
+            return (f"here the exponent is at most {self.hi:g}{source}, past float16's 11.09 "
+                    f"where `exp` runs ({self.half})")
+        return f"here the exponent is at most {self.hi:g}{source}, a bound the code does not enforce"
+
+
+def exp_bound_note(ctx: FileContext, exponent: cst.BaseExpression) -> Optional[ExpBound]:
+    """Where the flow bounds `exp`'s exponent only through what the code is given (a default,
+    not a guard it applies): the bound, for the message to state as information. None where
+    nothing bounds it below float32's edge, or the code itself keeps it finite."""
     v = value(ctx, exponent)
-    if not FLOAT16_EXP_LIMIT < v.hi <= FLOAT32_EXP_LIMIT:
+    if v.hi > FLOAT32_EXP_LIMIT or exp_kept_finite(ctx, exponent):
         return None
-    why = _exp_in_float16(ctx, exponent, v)
-    if why is None:
-        return None
-    return f"the exponent is bounded by {v.hi:g}, finite in float32 but past float16's 11.09 ({why})"
+    cited = ", ".join(dict.fromkeys(
+        f"{ev.reason} at line {row}" if row else ev.reason
+        for ev, row in ((ev, file_analysis(ctx).line(ev.line)) for ev in v.evidence[-3:])))
+    return ExpBound(v.hi, cited, _exp_in_float16(ctx, exponent, v))
 
 
 def _unwrap_shift(ctx: FileContext, node: cst.BaseExpression, env: Optional[dict]):
@@ -426,13 +474,13 @@ def shifted_by_global_max(ctx: FileContext, node: cst.BaseExpression, env: Optio
 
 
 def exponent_bounded(ctx: FileContext, node: cst.BaseExpression, env: Optional[dict] = None) -> bool:
-    """True where `exp(node)` cannot overflow: what the flow bounds (`exp_cannot_overflow`:
+    """True where `exp(node)` cannot overflow: what the code keeps finite (`exp_kept_finite`:
     a max-shift `x - x.max(...)` / `amax` / `logsumexp` of the same tensor, written here, a
     statement earlier or in a helper; `b - a` inside `if a > b:`; `t` after `t[t > 20] = 20`;
     log-probabilities, `-abs(x)`, a Gaussian `-d ** 2 / (2 * s ** 2)`: any exponent <= 0),
     and a Gaussian (Parzen) window `-scale * (x - c) ** 2` whose scale has no visible sign:
     a positive precision by convention (monai's histogram weights)."""
-    if exp_cannot_overflow(ctx, node):
+    if exp_kept_finite(ctx, node):
         return True
     node, env, _ = follow_local(ctx, strip_parens(node), env, False)
     op = ctx.op(node)

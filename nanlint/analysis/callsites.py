@@ -822,12 +822,17 @@ class CallSites:
 
     def _settings(self, params: List[cst.Param]) -> Dict[str, Value]:
         """A constructor's numeric settings (`k=50`, `eps=1e-6`), by parameter: what an
-        instance runs with unless a construction passes another value."""
+        instance runs with unless a construction passes another value (none for the enforced
+        analysis: a setting is not a guard)."""
+        if self.fa.enforced:
+            return {}
         return {p.name.value: self._default(p) for p in params
                 if p.default is not None and number_value(p.default) is not None}
 
     def _default(self, p: cst.Param) -> Value:
         fa = self.fa
+        if fa.enforced:
+            return TOP  # a default is what runs unless someone passes another value
         v = fa.eval(p.default, fa.ensure_module())
         return v.with_evidence(fa.token(p), f"default `{p.name.value}={fa.ctx.code(p.default)}`")
 

@@ -226,10 +226,14 @@ class _Frame:
 
 
 class FileAnalysis:
-    def __init__(self, ctx, probing: bool = False):
+    def __init__(self, ctx, probing: bool = False, enforced: bool = False):
         self.ctx = ctx
         # Probe domains: trust every call site of the file, and defaults where none passes.
         self.probing = probing
+        # Only what the code itself enforces: a parameter's default (a gain `k=50`, a setting)
+        # is a value someone may change, not a guard; what the file's calls pass (a clamp a
+        # caller applies) still counts.
+        self.enforced = enforced
         module = ctx.module
         self.functions: Dict[str, cst.FunctionDef] = {}
         self.classes: Dict[str, cst.ClassDef] = {}

@@ -49,15 +49,22 @@ def _x_log_x(ctx: FileContext, node: cst.BaseExpression) -> Optional[cst.BaseExp
     return None
 
 
-def _zero_reason(ctx: FileContext, p: cst.BaseExpression) -> Optional[str]:
-    """Why p can be exactly 0, for the entropy/KL rules; None where NAN102/NAN103 own the case
-    (a softmax or sigmoid output: their log-space rewrite makes `p * log p` finite) or where p
-    is guarded or masked."""
+def _entropy_term(ctx: FileContext, p: cst.BaseExpression) -> Optional[str]:
+    """Whether `p * log(p)` is reported, and why p can be exactly 0 ("" where the code does
+    not show it: a form rule reports the spelling whatever p's range). None where NAN102 /
+    NAN103 own the case (a softmax or sigmoid output: their log-space rewrite makes
+    `p * log p` finite) or where the code keeps p off 0 (a clamp, an epsilon, a selection or
+    `where` that removes its zeros, a flow that excludes 0)."""
     if probability_source(ctx, p) is not None:
         return None
-    if is_guarded(ctx, p) or guards.zeros_removed(ctx, p):
+    if is_guarded(ctx, p) or guards.zeros_removed(ctx, p) or analysis.value(ctx, p).excludes_zero:
         return None
-    return can_be_zero(ctx, p)
+    return can_be_zero(ctx, p) or ""
+
+
+def _at_zero(reason: str) -> str:
+    """How the message says where p meets 0."""
+    return f"where p can be exactly 0 ({reason})" if reason else "at p = 0 (an empty bin, an underflowed probability)"
 
 
 def _probe_text(ctx: FileContext, p: cst.BaseExpression, reason: str) -> Tuple[str, dict]:
@@ -97,9 +104,9 @@ class EntropyByHand(Rule):
     fails_in = 'all (p = 0)'
     name = "entropy-by-hand"
     message = (
-        "Entropy written as `p * log(p)` where p can be exactly 0: 0 * log(0) = 0 * -inf is NaN, "
-        "in the value and in the gradient; `torch.special.entr(p)` (= -p log p) or "
-        "`torch.xlogy(p, p)` take 0 log 0 as 0"
+        "Entropy written as `p * log(p)`: at p = 0, 0 * log(0) = 0 * -inf is NaN, in the value "
+        "and in the gradient; `torch.special.entr(p)` (= -p log p) or `torch.xlogy(p, p)` take "
+        "0 log 0 as 0"
     )
     fix_applicability = SAFE
     fix_title = "Use `torch.special.entr(p)` / `torch.xlogy(p, p)`"
@@ -173,7 +180,7 @@ the ReLU/clamp backward would otherwise receive.
         p = _x_log_x(ctx, node)
         if p is None:
             return
-        reason = _zero_reason(ctx, p)
+        reason = _entropy_term(ctx, p)
         if reason is None or _inside_kl(ctx, node):
             return
         text, domains = _probe_text(ctx, p, reason)
@@ -183,7 +190,7 @@ the ReLU/clamp backward would otherwise receive.
             domains,
         )
         message = (
-            f"Entropy written as `p * log(p)` where p can be exactly 0 ({reason}): "
+            f"Entropy written as `p * log(p)`: {_at_zero(reason)}, "
             "0 * log(0) = 0 * -inf is NaN, in the value and in the gradient; "
             "`torch.special.entr(p)` (= -p log p) or `torch.xlogy(p, p)` take 0 log 0 as 0"
         )
@@ -281,8 +288,8 @@ class KlByHand(Rule):
     fails_in = 'all (p or q = 0)'
     name = "kl-by-hand"
     message = (
-        "KL divergence written as `p * (log p - log q)` where p can be exactly 0: "
-        "0 * -inf is NaN; `torch.xlogy(p, p) - torch.xlogy(p, q)` takes 0 log 0 as 0"
+        "KL divergence written as `p * (log p - log q)`: at p = 0, 0 * -inf is NaN; "
+        "`torch.xlogy(p, p) - torch.xlogy(p, q)` takes 0 log 0 as 0"
     )
     fix_applicability = SAFE
     fix_title = "Use `torch.xlogy(p, p) - torch.xlogy(p, q)`"
@@ -339,7 +346,7 @@ the product itself must be written in one expression.
         if terms is None:
             return
         p, q = terms
-        reason = _zero_reason(ctx, p)
+        reason = _entropy_term(ctx, p)
         if reason is None:
             return
         text, domains = _probe_text(ctx, p, reason)
@@ -356,7 +363,7 @@ the product itself must be written in one expression.
         if isinstance(_parent(ctx, node), (cst.BinaryOperation, cst.UnaryOperation)) and not node.lpar:
             edit = ctx.replace(node, f"({xlogy}({p_code}, {p_code}) - {xlogy}({p_code}, {q_code}))")
         message = (
-            f"KL divergence written as `p * (log p - log q)` where p can be exactly 0 ({reason}): "
+            f"KL divergence written as `p * (log p - log q)`: {_at_zero(reason)}, "
             "0 * -inf is NaN; `torch.xlogy(p, p) - torch.xlogy(p, q)` takes 0 log 0 as 0"
         )
         ctx.report(self, node, message=message, edits=(edit,) + imports,

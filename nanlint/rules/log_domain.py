@@ -22,6 +22,7 @@ from ..diagnostics import Edit
 from ..ops import Op, number_value
 from .base import SAFE, Rule
 from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
+from .bce import inside_hand_bce
 from .hand_sigmoid import negate
 
 # ---------------------------------------------------------------------- shared matching
@@ -85,6 +86,16 @@ def _constant(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     if free_inputs(ctx.canonical(strip_parens(node), env)):
         return False
     return not analysis.value(ctx, node).trainable
+
+
+def _with_bound(ctx: FileContext, message: Optional[str], default: str,
+                exponent: cst.BaseExpression) -> Optional[str]:
+    """The message, with the bound the analysis knows on `exp`'s exponent said as information
+    (a form rule reports the spelling whatever the bound; the code did not enforce it)."""
+    bound = analysis.exp_bound_note(ctx, exponent)
+    if bound is None:
+        return message
+    return f"{message or default}; {bound.clause()}"
 
 
 def _code(node: cst.BaseExpression) -> str:
@@ -302,12 +313,13 @@ class LogOfSigmoid(Rule):
         "Turn it on with `--extend-select NAN103`; set `precision = \"fp16\"` where the code runs in float16 without showing it."
     )
     default_enabled = False
-    fails_in = 'all for `log(1 - sigmoid(x))` (x > 16.6); float16 for `log(sigmoid(x))` (x < -17.3)'
+    fails_in = 'all: `log(1 - sigmoid(x))` from x > 16.6 (float32), `log(sigmoid(x))` from x < -88.7 (-17.3 in float16)'
     triggers = r"sigmoid|expit"
     name = "log-of-sigmoid"
     message = (
-        "`log(sigmoid(x))` in float16: sigmoid rounds to 0 for x below -17.3 (the gradient is "
-        "already inf from -11.1), so the log is -inf and the gradient NaN; use `F.logsigmoid(x)`"
+        "`log(sigmoid(x))`: sigmoid rounds to 0 for x below -88.7 in float32 and bfloat16 "
+        "(-17.3 in float16, where the gradient is already inf from -11.1), so the log is -inf "
+        "and the gradient NaN; `F.logsigmoid(x)` is the same function, finite for every x"
     )
     message_float16 = (
         "`log(sigmoid(x))` in float16 ({reason}): sigmoid rounds to 0 for x below -17.3 (the "
@@ -321,7 +333,7 @@ class LogOfSigmoid(Rule):
     )
     fix_applicability = SAFE
     fix_title = "Replace with `F.logsigmoid`"
-    summary = "`log(1 - sigmoid(x))`, and `log(sigmoid(x))` in float16: -inf and NaN gradients; use `logsigmoid`."
+    summary = "`log(sigmoid(x))`, `log(1 - sigmoid(x))`: -inf and NaN gradients once sigmoid rounds to 0 or 1; use `logsigmoid`."
     why = """\
 `sigmoid(x)` rounds to exactly 0 for x below -88.7 in float32 and bfloat16 and below -17.3 in
 float16, and `1 - sigmoid(x)` rounds to exactly 0 much earlier: as soon as `sigmoid(x)` rounds
@@ -335,12 +347,12 @@ ordinary for a confident model.
 finite value (about `x` for very negative x) with a gradient of `1 - sigmoid(x)`. Since
 `1 - sigmoid(x) = sigmoid(-x)`, `log(1 - sigmoid(x))` is `F.logsigmoid(-x)`.
 
-`log(1 - sigmoid(x))` is reported in every dtype. `log(sigmoid(x))` is reported only where the
-sigmoid runs in float16: a float16 tensor, a float16 autocast region, or a project configured
-for float16 (the message says which). In float32 and bfloat16 it needs a logit below -88.7,
-which models do not produce in normal use: on research code every such finding was a false
-alarm (the coupling scales `log(sigmoid(h + 2))` of Glow and RealNVP, IAF gates, focal losses
-in float32), while confident models do pass 16.6.
+Both are reported in every dtype: `F.logsigmoid` is the same function at no cost, so the
+spelled-out form is worth replacing whatever range today's logits have (a Glow coupling's
+`log(sigmoid(h + 2))` in float32 needs h below -90 to fail, and the rewrite is still free).
+Where the sigmoid runs in float16 (a float16 tensor, a float16 autocast region, a project
+configured for float16) the message says so: there `log(sigmoid(x))` fails from x = -17.3.
+Not reported: a sigmoid of a constant, and (the failure being in the value too) nothing else.
 """
     example = """\
 ```python
@@ -400,14 +412,16 @@ to float."""
         argument = sigmoid.op.args[0]
         if _constant(ctx, argument, sigmoid.env):
             return
+        if not complement and inside_hand_bce(ctx, node):
+            # NAN301 rewrites the whole BCE; its `log(1 - sigmoid)` is still reported, with a
+            # fix of its own for the BCEs NAN301 cannot rewrite exactly.
+            return
         message = self.message_complement if complement else None
         if not complement:
-            # sigmoid(x) is 0 only below x = -88.7 in float32 and bfloat16: logits that far
-            # out are not what models produce; in float16 it is 0 from -17.3.
+            # A form rule: reported in every dtype; float16, where it fails from -17.3, is said.
             half = computed_in_float16(ctx, argument)
-            if half is None:
-                return
-            message = self.message_float16.format(reason=half)
+            if half is not None:
+                message = self.message_float16.format(reason=half)
         logsigmoid, imports = ctx.spell("torch.nn.functional.logsigmoid")
         inner = negate(ctx, argument) if complement else strip_parens(argument)
         edits: Tuple[Edit, ...] = ()
@@ -549,7 +563,8 @@ raises on them)."""
             f"torch.nn.functional.softplus({_code(ctx.canonical(argument, exp.env))})"
         )
         ctx.report(
-            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+            self, node, _with_bound(ctx, None, self.message, argument), edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node), fixed)
         )
 
     def _match(self, node: cst.Call, ctx: FileContext) -> Optional[Found]:
@@ -896,7 +911,8 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
                 args = ["0"] if whole else [_arg_code(ctx, a) for a in rest]
                 edits = self._edits(node, ctx, exp.op, whole, args)
         ctx.report(
-            self, node, message, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+            self, node, _with_bound(ctx, message, self.message, argument), edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node), fixed)
         )
 
     def _edits(self, node, ctx, exp: Op, whole: bool, args: List[str]) -> Tuple[Edit, ...]:
@@ -1030,13 +1046,14 @@ whose `exp` or sum is kept in a local variable. Not reported: the stabilized
                 ctx.report(
                     self,
                     node,
-                    message=self.message_no_fix,
+                    message=_with_bound(ctx, self.message_no_fix, self.message, argument),
                     probe=ctx.expression_probe(ctx.canonical(node), None),
                 )
                 return
         if dim_arg is None:
             # A sum over all elements, over several dims, or with `dtype=`: no exact fix.
-            ctx.report(self, node, probe=ctx.expression_probe(ctx.canonical(node), None))
+            ctx.report(self, node, _with_bound(ctx, None, self.message, argument),
+                       probe=ctx.expression_probe(ctx.canonical(node), None))
             return
         dim_code = _arg_code(ctx, dim_arg)
         edits: Tuple[Edit, ...] = ()
@@ -1053,5 +1070,6 @@ whose `exp` or sum is kept in a local variable. Not reported: the stabilized
             f"torch.softmax({_code(ctx.canonical(argument, top.env))}, {canonical_dim})"
         )
         ctx.report(
-            self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed)
+            self, node, _with_bound(ctx, None, self.message, argument), edits=edits,
+            probe=ctx.expression_probe(ctx.canonical(node), fixed)
         )

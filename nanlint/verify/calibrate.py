@@ -10,7 +10,8 @@ the findings, the verdict counts and a few witnesses a person can rerun. The rul
 The output is deterministic for a given torch version and CPU kernels: the verifier's inputs are
 seeded, kernels run on one thread, findings and contexts keep their order, and the file holds
 counts and the verifier's rounded figures, no timings or dates. With no CODES, every rule
-that has fixtures is calibrated; `--check` compares instead of writing (exit 1 when stale).
+that has fixtures is calibrated; `--check` compares instead of writing (exit 1 when stale),
+leaving out what depends on the CPU's float kernels (point counts, witnesses' numbers).
 """
 
 from __future__ import annotations
@@ -353,6 +354,21 @@ def codes_with_fixtures(fixtures: Optional[Path] = None) -> List[str]:
     return sorted({fixture_code(p) for p in fixture_files(fixtures)})
 
 
+def machine_independent(section: str) -> str:
+    """What a section says that does not depend on the machine's float kernels: the verdicts,
+    which findings fail in which context, and each witness's expression and kind of failure.
+    Point counts and the witnesses' numbers are masked: two x86 CPUs with the same kernels
+    gave different counts (17,052 against 17,296 failing bfloat16 points for NAN116)."""
+    out = []
+    for line in section.splitlines():
+        line = re.sub(r"\b\d[\d,]* of \d[\d,]* points", "N of M points", line)
+        if line.startswith("- `"):
+            expression, _, rest = line.partition("`: ")
+            line = expression + "`: " + re.sub(r"-?\d[\d.e+-]*", "#", rest)
+        out.append(line)
+    return "\n".join(out)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m nanlint.verify.calibrate",
@@ -379,9 +395,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         target = args.out / f"{code}.md"
         if args.check:
             have = target.read_text(encoding="utf-8") if target.exists() else None
-            if have != text:
+            same = have is not None and machine_independent(have) == machine_independent(text)
+            if not same:
                 stale.append(code)
-            status = "ok" if have == text else "stale"
+            status = "ok" if same else "stale"
         else:
             args.out.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")

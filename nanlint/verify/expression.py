@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -113,6 +113,9 @@ class Prepared:
     grad_inputs: List[str] = field(default_factory=list)
     exact: bool = True  # the fix is exact in real arithmetic (a safe fix)
     relations: Tuple[Tuple[str, str, str], ...] = ()  # proven relations between inputs
+    # A form rule's finding: "confirmed" means the original fails at inputs of its dtype where
+    # the stable function is finite; whether the code's inputs reach there is said beside it.
+    form: bool = False
 
 
 def prepare_probe(probe: Probe, exact: bool = True) -> Prepared:
@@ -268,13 +271,41 @@ def _value(t: torch.Tensor) -> Any:
 
 
 def verify_expression(probe: Probe, device: str, want_sweep: bool = False,
-                      exact: bool = True) -> Verification:
-    """`exact`: the fix is exact in real arithmetic (the rule's fix is safe)."""
+                      exact: bool = True, form: bool = False) -> Verification:
+    """`exact`: the fix is exact in real arithmetic (the rule's fix is safe). `form`: a form
+    rule's finding, confirmed by a failure at any input of its dtype; where the inputs the
+    analysis proved (a domain, a kind) show none, they are widened to the whole dtype once,
+    and the verdict says that the code's inputs were not shown to reach the failure."""
+    result = _verify_expression(probe, device, want_sweep, exact, form)
+    if form and result.verdict == NOT_REPRODUCED and _restricted(probe):
+        widened = _verify_expression(_widened(probe), device, want_sweep, exact, form)
+        if widened.verdict == CONFIRMED:
+            widened.reason = (f"{widened.reason}; with the inputs the code produces "
+                              f"({'; '.join(result.ranges)}) it held: reach not shown")
+            widened.notes = result.notes + widened.notes
+            return widened
+    return result
+
+
+def _restricted(probe: Probe) -> bool:
+    """Some input of the probe is drawn from a proven domain or kind, not the whole dtype."""
+    return any(i.domain is not None or i.kind != "real" for i in probe.inputs) or bool(probe.relations)
+
+
+def _widened(probe: Probe) -> Probe:
+    """The probe with every input free over its dtype (constants kept)."""
+    return replace(probe, relations=(), inputs=tuple(
+        replace(i, domain=None, kind="real", dim=None, evidence="") for i in probe.inputs))
+
+
+def _verify_expression(probe: Probe, device: str, want_sweep: bool, exact: bool,
+                       form: bool) -> Verification:
     start = time.perf_counter()
     try:
         prepared = prepare_probe(probe, exact)
     except Refused as exc:
         return not_verifiable(f"refused without running it: {exc}", device)
+    prepared.form = form
     if not any(s.value is None for s in prepared.specs):
         return not_verifiable("the expression has no input to vary", device)
     prepared.program_o.budget.arm()
@@ -796,7 +827,15 @@ def _decide(p: Prepared, points: PointSet, outcomes: List[ContextOutcome], found
             device: str) -> Verification:
     v = _decide_unqualified(p, points, outcomes, found, device)
     unbounded = [s.name for s in p.specs if s.value is None and not s.proven]
-    if v.verdict == CONFIRMED and unbounded:
+    if v.verdict == CONFIRMED and p.form:
+        # A form rule's claim is about the spelling: confirmed at any input of the dtype.
+        # Whether the code's own inputs get there is a separate fact, said beside it.
+        where = f" in {v.witness.dtype}" if v.witness is not None and v.witness.dtype else ""
+        v.reason += (f"; reach not shown: the analysis bounds nothing about {', '.join(unbounded)} "
+                     "(any value tried)" if unbounded else
+                     f"; reach shown{where}: every varying input is one the analysis proved the "
+                     "code produces")
+    elif v.verdict == CONFIRMED and unbounded:
         # The failure was found with inputs the analysis proved nothing about.
         v.verdict = POSSIBLE
         v.reason = (f"found only with inputs the analysis could not bound ({', '.join(unbounded)}: any "

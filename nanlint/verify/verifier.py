@@ -34,6 +34,16 @@ class Outcome:
     torch_version: str = torch.__version__
 
 
+def rule_kind(d: Diagnostic) -> Optional[str]:
+    """The kind of the finding's rule (form, value, misuse), None for an unknown code."""
+    from ..rules import get_rule
+
+    try:
+        return get_rule(d.code).kind
+    except KeyError:
+        return None
+
+
 def fix_is_exact(d: Diagnostic) -> bool:
     """Whether the finding's fix is exact in real arithmetic: the rule's fix is safe (a
     fix that changes values, such as a clamp, is judged only where the original was
@@ -58,7 +68,8 @@ def verify_one(d: Diagnostic, device: str, want_sweep: bool = False) -> Verifica
     if probe.kind == MALFORMED:
         return not_verifiable(f"refused: malformed probe: {dict(probe.params).get('reason', '')}", device)
     if probe.kind == "expression":
-        return verify_expression(probe, device, want_sweep=want_sweep, exact=fix_is_exact(d))
+        return verify_expression(probe, device, want_sweep=want_sweep, exact=fix_is_exact(d),
+                                 form=rule_kind(d) == "form")
     if probe.kind == "harness":
         return run_harness(probe.harness, dict(probe.params), device)
     return not_verifiable(f"unknown probe kind {probe.kind!r}", device)
