@@ -29,6 +29,28 @@ _KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
 
+# The kind of claim a category's bugs are (nanlint's rule kinds, rules/README.md): a form
+# category is an unstable spelling with an exact stable rewrite, a value category a singular
+# point the code's values reach, a misuse category an order or API use that is wrong.
+CATEGORY_KINDS = {
+    **dict.fromkeys((
+        "sigmoid-by-hand", "softplus-by-hand", "softmax-by-hand", "logsumexp-by-hand",
+        "log-of-softmax", "log-of-sigmoid", "bce-by-hand", "bce-on-sigmoid",
+        "entropy-log-of-zero", "kl-by-hand"), "form"),
+    **dict.fromkeys((
+        "acos-domain", "acos-unclamped", "atanh-unclamped", "division-by-count", "division-by-norm",
+        "division-by-zero", "empty-mask-mean", "exp-overflow", "fp16-epsilon", "fp16-masked-fill",
+        "fp16-norm-overflow", "fully-masked-softmax", "gumbel-log-of-zero", "inf-minus-inf",
+        "inf-times-zero", "log-of-zero", "logit-by-hand", "minmax-zero-range", "nan-handled",
+        "normalize-zero-vector", "sqrt-at-zero", "sqrt-of-negative", "std-of-one",
+        "where-unsafe-branch"), "value"),
+    **dict.fromkeys((
+        "adam-eps-half", "clip-after-step", "cross-entropy-on-softmax", "fp16-cross-entropy",
+        "fp16-sum-overflow", "half-softmax", "kl-div-on-probabilities", "scaler-unscale",
+        "step-bypasses-scaler"), "misuse"),
+}
+
+
 class ManifestError(Exception):
     """A manifest line that is not a valid entry: reported with its file and line number."""
 
@@ -50,6 +72,10 @@ class Entry:
     @property
     def split(self) -> str:
         return split_of(self.repo)
+
+    @property
+    def kind(self) -> str:
+        return CATEGORY_KINDS[self.category]
 
     @property
     def key(self) -> Tuple[str, str, str, int]:
@@ -104,6 +130,8 @@ def _entry(obj: dict, origin: str) -> Entry:
         raise ManifestError(f"{origin}: label must be one of {', '.join(LABELS)}")
     if not isinstance(obj["category"], str) or not _KEBAB.match(obj["category"]):
         raise ManifestError(f"{origin}: category must be kebab-case")
+    if obj["category"] not in CATEGORY_KINDS:
+        raise ManifestError(f"{origin}: category {obj['category']!r} has no kind in CATEGORY_KINDS")
     if not isinstance(obj["sha256"], str) or not _SHA256.match(obj["sha256"]):
         raise ManifestError(f"{origin}: sha256 must be 64 lowercase hex digits")
     for k in ("path", "source", "why"):

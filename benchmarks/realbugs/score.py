@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import manifest
-from manifest import DEFAULT_CACHE, Entry, ManifestError
+from manifest import CATEGORY_KINDS, DEFAULT_CACHE, Entry, ManifestError
 from split import TEST, TUNE
 
 # Findings about the file itself, not about a line's numerics.
@@ -155,6 +155,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     "span": [lo, hi],
                     "label": e.label,
                     "category": e.category,
+                    "kind": e.kind,
                     "split": e.split,
                     "flagged": bool(hits),
                     "codes": hits,
@@ -225,11 +226,12 @@ def _cell() -> dict:
 
 
 def summarize(outcomes: List[dict]) -> dict:
-    """{split: {"all": counts, "categories": {category: counts}}} with split "all" too."""
+    """{split: {"all": counts, "kinds": {kind: counts}, "categories": {category: counts}}}
+    with split "all" too."""
     table: Dict[str, Dict[str, dict]] = defaultdict(lambda: defaultdict(_cell))
     for o in outcomes:
         for split in (o["split"], "all"):
-            for cat in (o["category"], "*"):
+            for cat in (o["category"], "*", "kind:" + o.get("kind", CATEGORY_KINDS.get(o["category"], "?"))):
                 c = table[split][cat]
                 c["repos"].add(o["repo"].lower())
                 if o["label"] == "bug":
@@ -243,7 +245,9 @@ def summarize(outcomes: List[dict]) -> dict:
         cats = table.get(split, {})
         out[split] = {
             "all": _finish(cats.get("*", _cell())),
-            "categories": {k: _finish(v) for k, v in sorted(cats.items()) if k != "*"},
+            "kinds": {k[5:]: _finish(v) for k, v in sorted(cats.items()) if k.startswith("kind:")},
+            "categories": {k: _finish(v) for k, v in sorted(cats.items())
+                           if k != "*" and not k.startswith("kind:")},
         }
     return out
 
@@ -275,6 +279,11 @@ def print_tables(report: dict, rules) -> None:
             f"(recall {_ratio(a['recall'])}); safe {a['false_alarms']}/{a['safe']} "
             f"flagged (false-alarm rate {_ratio(a['false_alarm_rate'])})"
         )
+        for kind, c in block.get("kinds", {}).items():
+            print(
+                f"   {kind:7} bugs {c['recalled']}/{c['bug']} (recall {_ratio(c['recall'])}); "
+                f"safe {c['false_alarms']}/{c['safe']} flagged (rate {_ratio(c['false_alarm_rate'])})"
+            )
         if split == "all":
             continue
         print(f"  {'category':26} {'bug':>4} {'hit':>4} {'recall':>6}   {'safe':>4} {'fa':>4} {'rate':>5}")

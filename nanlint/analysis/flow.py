@@ -931,6 +931,12 @@ class FileAnalysis:
                 elif not starred and str(i) in positions:
                     # `p, _ = self.head(x)` where the method returns `softmax(...), logits`.
                     self.assign(inner, positions[str(i)], env)
+                elif not starred and value.max_of is not None and value.members is None \
+                        and len(target.elements) == 2:
+                    # `m, _ = torch.max(x, dim)`: (values, indices); the values keep "the
+                    # maximum of x" (a max-shift), the indices are integers with no gradient.
+                    self.assign(inner, value if i == 0 else Value(
+                        lo=0.0, integer=True, nograd=Evidence(self.token(target), "indices")), env)
                 elif not starred and value.draw is not None and value.members is None:
                     # `z0, z1 = torch.randn(2 * n, d).chunk(2)`: pieces of one draw are
                     # independent draws.

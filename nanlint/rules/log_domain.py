@@ -98,6 +98,22 @@ def _with_bound(ctx: FileContext, message: Optional[str], default: str,
     return f"{message or default}; {bound.clause()}"
 
 
+# |x| at least this far from 0 leaves `log(1 + x)` and `exp(x) - 1` accurate to 1e-5 or
+# better in float32: the cancellation NAN105/NAN106 report needs x near 0.
+_FAR_FROM_ZERO = 0.01
+
+
+def _off_zero(ctx: FileContext, x: cst.BaseExpression) -> bool:
+    """The code keeps x off the edge of `log(1 + x)` / `exp(x) - 1` (values near 0): x is an
+    integer (a count: 0 gives exactly 0, and 1 is already far), or a guard it applies bounds
+    |x| away from 0 (`x.clamp(min=1)`)."""
+    v = analysis.value(ctx, x)
+    if v.integer or v.count or v.mask:
+        return True
+    enforced = analysis.enforced_value(ctx, x)
+    return enforced.lo >= _FAR_FROM_ZERO or enforced.hi <= -_FAR_FROM_ZERO
+
+
 def _code(node: cst.BaseExpression) -> str:
     """The code of a node built here (a canonical expression), without enclosing parens."""
     return node_code(strip_parens(node))
@@ -665,7 +681,7 @@ A sum kept in a local variable is reported without a fix."""
         if total is None:
             return
         operand = _plus_one_operand(total.op)
-        if operand is None or _constant(ctx, operand, total.env):
+        if operand is None or _constant(ctx, operand, total.env) or _off_zero(ctx, operand):
             return
         if _find(ctx, operand, ("exp",), total.env) is not None:
             return  # log(1 + exp(x)) is softplus: NAN104
@@ -774,7 +790,7 @@ Python numbers, and constants. An `exp` kept in a local variable is reported wit
         if exp is None or not _unary(exp.op):
             return
         argument = exp.op.args[0]
-        if _constant(ctx, argument, exp.env):
+        if _constant(ctx, argument, exp.env) or _off_zero(ctx, argument):
             return
         edits: Tuple[Edit, ...] = ()
         if not exp.via_local:
