@@ -42,7 +42,7 @@ from ..ops import number_value
 from .. import ranges
 from ..rewrite import follow_local
 from .flow import Env, FileAnalysis
-from . import imports, sampled_actions, summaries, transfer, uses
+from . import conditions, imports, sampled_actions, summaries, transfer, uses
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join, stored_as
 from .batches import single_sample_batch
 
@@ -52,7 +52,7 @@ __all__ = [
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
     "differentiated_nodes", "backward_reaches",
     "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
-    "exp_cannot_overflow", "exp_kept_finite", "exp_bound_note", "enforced_value", "exponent_bounded", "shifted_by_global_max", "called_under_autocast", "softmax_distribution",
+    "exp_cannot_overflow", "exp_kept_finite", "exp_bound_note", "enforced_value", "enforced_value_where_kept", "exponent_bounded", "shifted_by_global_max", "called_under_autocast", "softmax_distribution",
 ]
 
 
@@ -80,6 +80,28 @@ def enforced_value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
     fa = enforced_analysis(ctx)
     try:
         return fa.eval(expr, fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr)))
+    except RecursionError:
+        return TOP
+
+
+def enforced_value_where_kept(ctx: FileContext, expr: cst.BaseExpression) -> Value:
+    """`enforced_value`, on the elements a `torch.where` around the node keeps: in
+    `where(s < 0.5, expm1(s), s.exp() - 1)` the second branch's `s` is at least 0.5 where its
+    value is used. For a value's accuracy only (the backward pass still differentiates the
+    discarded elements: NAN112's hazard)."""
+    fa = enforced_analysis(ctx)
+    try:
+        env = fa.env_at(ctx.stack, seeded=fa.depends_on_parameters(ctx.stack, expr))
+        stack = ctx.stack
+        for i, node in enumerate(stack[:-1]):
+            if not (isinstance(node, cst.Call) and len(node.args) == 3 and conditions.is_where(ctx, node)):
+                continue
+            child = stack[i + 1]
+            if child is node.args[1] or child is node.args[2]:
+                refined = fa.refine(node.args[0].value, env, child is node.args[1])
+                if refined is not None:
+                    env = refined
+        return fa.eval(expr, env)
     except RecursionError:
         return TOP
 

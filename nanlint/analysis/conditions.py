@@ -17,7 +17,7 @@ from ..context import FileContext, dotted_name
 _EXIT = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 
 
-def _is_where(ctx: FileContext, node: cst.Call) -> bool:
+def is_where(ctx: FileContext, node: cst.Call) -> bool:
     if ctx.qualname(node.func) == "torch.where":
         return True
     return isinstance(node.func, cst.Attribute) and node.func.attr.value == "where" and ctx.qualname(node.func.value) is None
@@ -67,7 +67,7 @@ def tests_in_scope(ctx: FileContext) -> Iterable[cst.BaseExpression]:
             yield n.test
         elif isinstance(n, cst.IfExp):
             yield n.test
-        elif isinstance(n, cst.Call) and _is_where(ctx, n) and n.args:
+        elif isinstance(n, cst.Call) and is_where(ctx, n) and n.args:
             yield n.args[0].value
         body = getattr(n, "body", None)
         if isinstance(body, (list, tuple)) and i + 1 < len(stack):
@@ -117,4 +117,4 @@ def runs_before_here(ctx: FileContext, node: cst.CSTNode) -> bool:
     return True
 
 
-__all__ = ["names_read", "tests_in_scope", "guarded_by_condition", "runs_before_here"]
+__all__ = ["is_where", "names_read", "tests_in_scope", "guarded_by_condition", "runs_before_here"]

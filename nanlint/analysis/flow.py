@@ -808,6 +808,9 @@ class FileAnalysis:
             new = transfer.apply(_IN_PLACE[method], args, kw, {}, line)
             if new is not None:
                 new = new.with_evidence(line, f"`{method}` in place")
+            if new is not None and method == "sub_" and len(args) == 2 and args[1].max_of == key:
+                # `logits.sub_(logits_max.unsqueeze(-1))`: the in-place max-shift.
+                new = replace(new, hi=min(new.hi, 0.0)).with_evidence(line, f"shifted by the maximum of `{key}`")
         elif method == "uniform_":
             lo = self.eval(positional[0], env) if positional else point(0.0)
             hi = self.eval(positional[1], env) if len(positional) > 1 else point(1.0)

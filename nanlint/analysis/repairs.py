@@ -71,12 +71,15 @@ def repaired_after(ctx: FileContext, produces: str, within: int = 3) -> Optional
     return None
 
 
-_WRAPPERS = ("nan_to_num", "nan_to_num_", "masked_fill")
+# Calls that take a NaN/inf result in and give a finite one out: a replacement, or a
+# reduction that skips NaN (`torch.nansum(p * torch.log(p / q))` in a metric).
+_WRAPPERS = ("nan_to_num", "nan_to_num_", "masked_fill", "nansum", "nanmean")
 
 
 def repaired_around(ctx: FileContext) -> Optional[str]:
     """The expression being visited sits inside a call of the same statement that repairs its
-    result: `torch.nan_to_num(softmax(s))`, `s.softmax(-1).masked_fill(empty, 0)`. None
+    result: `torch.nan_to_num(softmax(s))`, `s.softmax(-1).masked_fill(empty, 0)`,
+    `torch.nansum(...)`. None
     otherwise. (`torch.log(p).clamp(min=-100)` is not a repair: the gradient at p = 0 is
     0 * inf = NaN.)"""
     for outer in reversed(ctx.stack[:-1]):

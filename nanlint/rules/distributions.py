@@ -55,8 +55,8 @@ def _entropy_term(ctx: FileContext, p: cst.BaseExpression) -> Optional[str]:
     NAN103 own the case (a softmax or sigmoid output: their log-space rewrite makes
     `p * log p` finite) or where the code keeps p off 0 (a clamp, an epsilon, a selection or
     `where` that removes its zeros, a flow that excludes 0)."""
-    if probability_source(ctx, p) is not None:
-        return None
+    if probability_source(ctx, p) is not None or repairs.repaired_around(ctx):
+        return None  # NAN102/NAN103's; or a NaN the same statement replaces (`nansum`)
     if is_guarded(ctx, p) or guards.zeros_removed(ctx, p) or analysis.value(ctx, p).excludes_zero:
         return None
     return can_be_zero(ctx, p) or ""
@@ -111,7 +111,7 @@ class EntropyByHand(Rule):
     fix_applicability = SAFE
     fix_title = "Use `torch.special.entr(p)` / `torch.xlogy(p, p)`"
     triggers = r"\blog\b"
-    summary = "`p * log(p)` where p can be 0 (ReLU output, counts ratio): 0 * -inf = NaN; use `torch.special.entr`."
+    summary = "`p * log(p)`: 0 * -inf = NaN at p = 0 (an empty bin, a ReLU output); use `torch.special.entr`."
     why = """\
 Entropy is `-sum(p * log p)` with the convention 0 log 0 = 0 (the limit of x log x as x goes
 to 0). Floating point does not know the convention: `log(0)` is `-inf` and `0 * -inf` is NaN,
@@ -123,13 +123,15 @@ Zeros are visible in the code: a ReLU or `clamp(min=0)` output, a ratio of count
 `torch.xlogy(p, p)` computes `p * log(p)` with the same convention. Both equal the original
 wherever p > 0.
 
-A softmax or sigmoid output is not reported here: its zeros come from underflow, and NAN102 /
-NAN103 already report `log(softmax(x))` / `log(sigmoid(x))`, whose rewrite (`log_softmax`,
-`logsigmoid`) keeps `p * log_p` finite (0 * -120, not 0 * -inf). A p with no visible origin
-(a function parameter `probs`) is not reported either: the rule does not guess. Nor is p
-after a selection that tests p itself (`p[p > 0]`, `p[p.nonzero(as_tuple=True)]`, a local
-`keep = p != 0`) or a `torch.where`/`masked_fill` that replaces its zeros; a selection by
-anything else (`p[labels == c]`, `p[valid.bool()]`) keeps p's zeros and is reported.
+`p * log(p)` is an unstable spelling of `-entr(p)`, so it is reported whatever p's origin:
+a function parameter `probs` is reported like a ratio of counts, and the message names the
+reason p reaches 0 where the analysis sees one. A softmax or sigmoid output written in view
+is left to NAN102 / NAN103, which report `log(softmax(x))` / `log(sigmoid(x))`: their rewrite
+(`log_softmax`, `logsigmoid`) keeps `p * log_p` finite (0 * -120, not 0 * -inf). Not reported
+where the code keeps p off 0: a clamp or an epsilon, a selection that tests p itself
+(`p[p > 0]`, `p[p.nonzero(as_tuple=True)]`, a local `keep = p != 0`), a `torch.where` /
+`masked_fill` that replaces its zeros; a selection by anything else (`p[labels == c]`,
+`p[valid.bool()]`) keeps p's zeros and is reported.
 """
     example = """\
 ```python
@@ -294,7 +296,7 @@ class KlByHand(Rule):
     fix_applicability = SAFE
     fix_title = "Use `torch.xlogy(p, p) - torch.xlogy(p, q)`"
     triggers = r"\blog\b"
-    summary = "`p * (log p - log q)` / `p * log(p / q)` where p can be 0: NaN; use `torch.xlogy`."
+    summary = "`p * (log p - log q)` / `p * log(p / q)`: NaN at p = 0; use `torch.xlogy`."
     why = """\
 The KL divergence sum p log(p / q) takes 0 log(0 / q) = 0: a class p never puts mass on adds
 nothing. Written out, `log(0)` is -inf (or `log(0 / q)` is), and `0 * -inf` is NaN, which
@@ -302,10 +304,11 @@ poisons the sum and the gradient. `torch.xlogy(p, p) - torch.xlogy(p, q)` is the
 with xlogy(0, y) = 0 built in. (Where q is 0 and p is not, the true divergence is +inf; the
 rewrite gives +inf there as well.)
 
-Narrow on purpose: only the three spellings `p * (log p - log q)`, `p * log(p / q)` and
-`p * log p - p * log q`, and only where p can be exactly 0 by construction (a ReLU or
-`clamp(min=0)` output, a ratio of counts). A softmax p is NAN102's (`log_softmax` keeps the
-product finite); a p of unknown origin is not reported.
+Three spellings are matched: `p * (log p - log q)`, `p * log(p / q)` and
+`p * log p - p * log q`, whatever p's origin (the message names the reason p reaches 0 where
+the analysis sees one: a ReLU or `clamp(min=0)` output, a ratio of counts). A softmax p
+written in view is NAN102's (`log_softmax` keeps the product finite); a p the code keeps off
+0 (a clamp, an epsilon) is not reported.
 """
     example = """\
 ```python

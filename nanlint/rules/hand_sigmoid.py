@@ -72,9 +72,7 @@ next optimizer step.
 gradient `s * (1 - s)` is finite everywhere.
 
 The form `exp(z) / (1 + exp(z))` is worse: for large `z` it is `inf / inf`, NaN in the
-forward pass too. Inside `torch.no_grad()` / `torch.inference_mode()` (or a function decorated
-with them) the reciprocal forms are not reported, since only their gradient fails; the
-`exp(z) / (1 + exp(z))` form still is.
+forward pass too.
 
 The sigmoid's derivative written the same way, `exp(a) / (1 + exp(a)) ** 2` (the surrogate
 gradient of spiking networks, often inside a custom `backward`), is `inf / inf = NaN` once
@@ -83,21 +81,24 @@ every `a`. The fix is offered where the numerator is `exp(a)` alone; where it is
 (`grad * k * exp(a) / (...)`) the finding comes without one.
 
 The DBNet differentiable binarization step `torch.reciprocal(1 + torch.exp(-k * (x - y)))`
-with `k = 50` and `x, y` in [0, 1] reaches `|z| = 50`: it is safe in float32, and not reported
-there, and yields NaN gradients as soon as `exp` runs in float16 (a head made `.half()`).
-The analysis reads `k` as the constructor's default where no construction in view passes
-another value, and `x`, `y` as the sigmoid maps `forward` passes to the step function.
-`nanlint verify` confirms the float16 failure with those inputs
-(`fixtures/NAN101_dbnet_head.py`). CUDA autocast computes `exp` in float32 whatever its
-input, so a bound below 88.7 holds inside a float16 autocast region on CUDA; on CPU, float16
-autocast leaves `exp` in float16.
+with `k = 50` and `x`, `y` in [0, 1] reaches `|z| = 50`. In float32 its gradient is 1.7% off
+there, exactly 0 from z = -52 (the true value is 2.6e-23) and NaN past -88.7; in float16
+`exp` already overflows past 11.09. DBNet trained in float32, saw NaN gradients and moved to
+`torch.sigmoid`. Since `torch.sigmoid` is the same function at no cost, the spelling is
+reported whatever range today's exponent has; where the analysis knows a bound (here `k`
+is a constructor default and `x`, `y` the sigmoid maps `forward` passes), the message states
+it as information, and says when `exp` runs in float16 past that bound (a head made
+`.half()`; CPU float16 autocast). `nanlint verify` confirms the float16 failure with those
+inputs (`fixtures/NAN101_dbnet_head.py`).
 
-An exponent the flow bounds is not reported: `exponent = torch.clamp(exponent, -50, 50)` in
-an earlier statement keeps `exp` finite in float32 (exp(50) = 5.2e21); where the code runs
-in float16 the bound must be below 11.09. A bound that every caller of a helper applies
-counts only where the file's calls are all its calls (a private helper, a nested function,
-a method called as `self.m(...)`, a script): a public function of a package may be called
-from elsewhere with anything.
+Not reported where the code itself keeps `exp` finite for every input: an exponent clamped
+in an earlier statement (`exponent = torch.clamp(exponent, -50, 50)`: exp(50) = 5.2e21 is
+finite in float32, though not in float16), `-abs(d)`, a branch that bounds it, or a clamp
+every caller of a private helper applies (a public function of a package may be called from
+elsewhere with anything). A default such as `k=50` is not such a guard: someone may pass
+another value. Inside `torch.no_grad()` / `torch.inference_mode()`, where the result is only
+compared, used as an index or read as a number, the reciprocal forms are not reported (only
+their gradient fails); `exp(z) / (1 + exp(z))`, NaN in the value too, still is.
 """
     example = """\
 ```python

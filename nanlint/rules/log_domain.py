@@ -110,7 +110,9 @@ def _off_zero(ctx: FileContext, x: cst.BaseExpression) -> bool:
     v = analysis.value(ctx, x)
     if v.integer or v.count or v.mask:
         return True
-    enforced = analysis.enforced_value(ctx, x)
+    # A branch or a `torch.where` that tests x (`where(s < 0.5, expm1(s), s.exp() - 1)`)
+    # counts: it keeps the small values apart.
+    enforced = analysis.enforced_value_where_kept(ctx, x)
     return enforced.lo >= _FAR_FROM_ZERO or enforced.hi <= -_FAR_FROM_ZERO
 
 
