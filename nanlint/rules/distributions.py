@@ -55,8 +55,11 @@ def _entropy_term(ctx: FileContext, p: cst.BaseExpression) -> Optional[str]:
     NAN103 own the case (a softmax or sigmoid output: their log-space rewrite makes
     `p * log p` finite) or where the code keeps p off 0 (a clamp, an epsilon, a selection or
     `where` that removes its zeros, a flow that excludes 0)."""
-    if probability_source(ctx, p) is not None or repairs.repaired_around(ctx):
-        return None  # NAN102/NAN103's; or a NaN the same statement replaces (`nansum`)
+    if probability_source(ctx, p) is not None or repairs.repaired_around(ctx) \
+            or repairs.repaired_after(ctx, repairs.NAN):
+        # NAN102/NAN103's; or a NaN the code replaces on purpose, in the same statement
+        # (`nansum`) or right after (`plogp[p == 0] = 0`).
+        return None
     if is_guarded(ctx, p) or guards.zeros_removed(ctx, p) or analysis.value(ctx, p).excludes_zero:
         return None
     return can_be_zero(ctx, p) or ""
