@@ -94,9 +94,11 @@ def fetch_wheel(name: str, version: str, expected: str, root: Path, wheel_name: 
     pattern = wheel_name or f"{name.replace('-', '_')}-{version}-*.whl"
     found = sorted(wheels.glob(pattern))
     if not found:
+        # The wheels are pure Python and pinned by sha256: download them for any interpreter
+        # (a package that requires a newer Python than the one running is still read here).
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-             "--quiet", "--dest", str(wheels), f"{name}=={version}"],
+             "--python-version", "3.12", "--quiet", "--dest", str(wheels), f"{name}=={version}"],
             check=True,
         )
         found = sorted(wheels.glob(pattern))
