@@ -1,6 +1,7 @@
 """Precision by claim of every rule and of the default set, pooling both untuned corpora.
 
     python benchmarks/precision/pooled.py --pypi LABEL --repos LABEL [--markdown] [--show-unjudged]
+        (--pypi and --repos repeat: a later batch's run adds its findings)
 
 Reads the findings of a run.py run (the PyPI corpus) and of a repos.py run (the research
 repositories), both made with `--select ALL`, and the verdicts in triage.jsonl and
@@ -142,12 +143,19 @@ def report(counts, markdown: bool) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pypi", required=True, help="label of a run.py --select ALL run")
-    ap.add_argument("--repos", required=True, help="label of a repos.py --select ALL run")
+    ap.add_argument("--pypi", required=True, action="append",
+                    help="label of a run.py --select ALL run (repeatable: a later batch's run)")
+    ap.add_argument("--repos", required=True, action="append",
+                    help="label of a repos.py --select ALL run (repeatable)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--show-unjudged", action="store_true", help="list the findings without a verdict by claim")
     args = ap.parse_args(argv)
-    counts, unjudged = table(pypi_findings(args.pypi) + repo_findings(args.repos), verdicts())
+    found = {}
+    for label in args.pypi:
+        found.update((key, (split, code)) for split, code, key in pypi_findings(label))
+    for label in args.repos:
+        found.update((key, (split, code)) for split, code, key in repo_findings(label))
+    counts, unjudged = table([(split, code, key) for key, (split, code) in found.items()], verdicts())
     report(counts, args.markdown)
     if args.show_unjudged:
         rules = {r.code: r for r in all_rules()}

@@ -65,7 +65,8 @@ def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
 
 def kept_off_zero_and_one(ctx: FileContext, p: cst.BaseExpression) -> bool:
     """p (through local names) is clamped away from 0 and 1, or kept off them: `p.clamp(eps,
-    1 - eps)`, `torch.clamp(p, min=eps, max=1 - eps)`, or `p * (1 - 2 * eps) + eps`."""
+    1 - eps)`, `torch.clamp(p, min=eps, max=1 - eps)`, `p * (1 - 2 * eps) + eps`, or an
+    affine squeeze with numbers (`0.9 * p + 0.05`)."""
     for _ in range(5):
         p = strip_parens(p)
         op = ctx.op(p)
@@ -74,13 +75,37 @@ def kept_off_zero_and_one(ctx: FileContext, p: cst.BaseExpression) -> bool:
             if low is not None and high is not None:
                 return True
             return False
-        if op is not None and op.name == "add" and is_guarded(ctx, p):
+        if op is not None and op.name == "add" and (is_guarded(ctx, p) or affine_squeezed(ctx, p)):
             return True
         if isinstance(p, cst.Name):
             p = _assigned(ctx, p)
             if p is None:
                 return False
             continue
+        return False
+    return False
+
+
+def affine_squeezed(ctx: FileContext, p: cst.BaseExpression) -> bool:
+    """p (through local names) is `a * q + b` with numbers a > 0, b > 0 and a + b < 1: a
+    probability q mapped into [b, a + b], off 0 and 1 (`0.9 * q + 0.05` before a BCE)."""
+    for _ in range(5):
+        p = strip_parens(p)
+        if isinstance(p, cst.Name):
+            p = _assigned(ctx, p)
+            if p is None:
+                return False
+            continue
+        add = ctx.op(p)
+        if add is None or add.name != "add" or len(add.args) != 2 or add.kwargs:
+            return False
+        for scaled, offset in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
+            b = number_value(strip_parens(offset))
+            mul = ctx.op(strip_parens(scaled))
+            if b is None or b <= 0 or mul is None or mul.name != "mul" or len(mul.args) != 2:
+                continue
+            if any((a := number_value(strip_parens(f))) is not None and a > 0 and a + b < 1 for f in mul.args):
+                return True
         return False
     return False
 
@@ -336,6 +361,6 @@ __all__ = [
     "kept_in_domain",
     "count_kept_positive",
     "assigned_earlier", "changed_in_place", "clamp_upper_bound", "clamped_below_one",
-    "evidently_positive", "inside_zero_test", "kept_off_zero_and_one", "nonzero_by_construction",
+    "affine_squeezed", "evidently_positive", "inside_zero_test", "kept_off_zero_and_one", "nonzero_by_construction",
     "strip_epsilon", "tuple_guarded", "zeros_removed",
 ]

@@ -158,8 +158,10 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     p2 = one_minus[1]
                 if not same_code(p, p2):
                     continue
-                # The flow's interval of p: `0.99 * sigmoid(z) + 0.005` lies in [0.005, 0.995].
+                # The flow's interval of p: `0.99 * sigmoid(z) + 0.005` lies in [0.005, 0.995];
+                # an affine squeeze keeps any probability there (`0.9 * p + 0.05`).
                 bounds = analysis.value(ctx, p)
+                squeezed = guards.affine_squeezed(ctx, p)
                 guard = analysis.upper_guard(ctx, p)
                 # `p.clamp(1e-8, 1 - 1e-8)`: the bound is 1.0 in float32, p still reaches 1.
                 absorbed = analysis.rounds_to_one(ctx, p, guard) if guard is not None and not guard_q else None
@@ -169,8 +171,9 @@ def hand_bce(ctx: FileContext, node: cst.BaseExpression) -> Optional[HandBCE]:
                     y=y,
                     sign=s1,
                     logs=(log_p, log_q),
-                    guarded_p=guard_p or bounds.lo > 0 or is_guarded(ctx, p),
-                    guarded_q=guard_q or ((bounds.hi < 1 or guards.clamped_below_one(ctx, guard)) and absorbed is None),
+                    guarded_p=guard_p or bounds.lo > 0 or is_guarded(ctx, p) or squeezed,
+                    guarded_q=guard_q or squeezed or (
+                        (bounds.hi < 1 or guards.clamped_below_one(ctx, guard)) and absorbed is None),
                     absorbed=absorbed,
                     label_epsilon=label_epsilon,
                     weighted=weighted_p or weighted_q,
