@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Type
 
+from .default_set import sentence
 from .rules import Rule, all_rules
 from .rules.base import KINDS
 
@@ -35,6 +36,14 @@ def verified_section(code: str) -> Optional[str]:
     return resource.read_text(encoding="utf-8")
 
 
+def _untuned(rule: Type[Rule]) -> str:
+    """The measured figures and the default decision (default_set.py), then the rule's own
+    account of what its findings were."""
+    if rule.kind == "file":
+        return rule.untuned_precision
+    return (sentence(rule.code, rule.kind) + "\n\n" + rule.untuned_precision.strip()).strip()
+
+
 def render_page(rule: Type[Rule]) -> str:
     parts: List[str] = [f"# {rule.code} {rule.name}", ""]
     parts.append(f"{rule.summary or rule.message}")
@@ -56,7 +65,7 @@ def render_page(rule: Type[Rule]) -> str:
         ("Example", rule.example),
         ("Use instead", rule.use_instead),
         ("Fix safety", rule.fix_notes),
-        ("Precision on code it was not tuned on", rule.untuned_precision),
+        ("Precision on code it was not tuned on", _untuned(rule)),
     ]
     for title, body in sections:
         if body.strip():

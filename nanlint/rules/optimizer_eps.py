@@ -75,6 +75,10 @@ _MASTER_WEIGHTS = ("FP16_Optimizer", "amp.initialize")
 class AdamEpsHalf(Rule):
     code = "NAN404"
     kind = "misuse"
+    default_enabled = True
+    untuned_precision = (
+        'The one finding is a float16 fine-tuning script that gives Adam a tiny eps.'
+    )
     fails_in = 'float16 parameters'
     name = "adam-eps-half"
     message = (

@@ -122,11 +122,11 @@ def _normalizes(ctx: FileContext, numerator: cst.BaseExpression, denominator: cs
 class NormalizationWithoutEpsilon(Rule):
     code = "NAN205"
     kind = "value"
+    default_enabled = False
     untuned_precision = (
-        "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 5 on the test split (0 of 6 on the tune split), below the 90% bar. "
+        "Measured earlier by the same claim: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 5 on the test split (0 of 6 on the tune split), below the 90% bar. "
         "The false alarms: the std of random initial weights, of a linspace, of whole waveforms at inference, and a statistic that only feeds a comparison. Turn it on with `--extend-select NAN205` where such values are not in play."
     )
-    default_enabled = False
     fails_in = 'all; float16 even with eps = 1e-5'
     name = "normalization-without-epsilon"
     message = (
@@ -333,11 +333,11 @@ def _cancellation(ctx: FileContext, node: cst.BaseExpression):
 class VarianceByCancellation(Rule):
     code = "NAN118"
     kind = "form"
-    untuned_precision = (
-        "Off by default: measured on research repositories judged by the project's standard (`benchmarks/precision/README.md`; the untuned corpus gave it no finding), 0 of 2 findings were real hazards: on the test half (judged blind) BigGAN's optional batch norm written by hand, which upcasts to float32 and adds an epsilon before `rsqrt`, and on the tune half a vendored synchronized batch norm fallback, both over activations whose mean is not far from their spread, below the 90% bar. "
-        "Turn it on with `--extend-select NAN118` where the data sits far from 0 relative to its spread (raw coordinates, timestamps, un-normalized features)."
-    )
     default_enabled = False
+    untuned_precision = (
+        "The tune half's false alarm is a synchronized batch norm whose sums span processes, "
+        'where the local `var` is not the same quantity.'
+    )
     fails_in = 'float32, float16 (cancellation)'
     name = "variance-by-cancellation"
     message = (
@@ -439,11 +439,10 @@ no fix.
 class LogOfProd(Rule):
     code = "NAN117"
     kind = "form"
-    untuned_precision = (
-        "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 1 on the test split (no finding on the tune split), below the 90% bar. "
-        "The false alarm: a product with one factor per point of a small joint batch, computed in float64, where it cannot underflow. The rule cannot see how many factors a product has. Turn it on with `--extend-select NAN117` where long products of probabilities are in play."
-    )
     default_enabled = False
+    untuned_precision = (
+        'The one finding is a log of a product of probabilities; too few findings to measure.'
+    )
     fails_in = 'all; float16 first (product underflow)'
     name = "log-of-prod"
     message = (
@@ -549,11 +548,11 @@ with `dtype=` and one reached through a local variable are reported without a fi
 class AtanOfRatio(Rule):
     code = "NAN114"
     kind = "value"
+    default_enabled = False
     untuned_precision = (
-        "Off by default: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 3 on the test split (0 of 3 on the tune split), below the 90% bar. "
+        "Measured earlier by the same claim: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 3 on the test split (0 of 3 on the tune split), below the 90% bar. "
         "The false alarms: ratios under `no_grad`, an atan2 written by hand with its own guards, and `(x / const).arctan()`. Turn it on with `--extend-select NAN114` where such values are not in play."
     )
-    default_enabled = False
     fails_in = 'all (x = 0, wrong quadrant)'
     name = "atan-of-ratio"
     message = (
@@ -688,11 +687,11 @@ def _batch_axis_only(op: Op) -> Optional[bool]:
 class StdOfOneSample(Rule):
     code = "NAN123"
     kind = "value"
+    default_enabled = False
     untuned_precision = (
-        "Off by default: on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name) it reports nothing on either split (`run.py --select ALL`), so there is no measured precision to put it on by default. "
+        "Measured earlier by the same claim: on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name) it reports nothing on either split (`run.py --select ALL`), so there is no measured precision to put it on by default. "
         "On the tuning half of `benchmarks/realbugs` it finds the one single-sample batch (stable-baselines3's PPO advantage normalization) and none of the three safe look-alikes (the fixed line, whole-rollout normalization in A2C and in another PPO). Turn it on with `--extend-select NAN123` in training code."
     )
-    default_enabled = False
     fails_in = "all (one sample)"
     name = "std-of-one-sample"
     message = (
@@ -821,11 +820,11 @@ def _factors(ctx: FileContext, node: cst.BaseExpression, depth: int = 6) -> List
 class SincByHand(Rule):
     code = "NAN124"
     kind = "form"
-    untuned_precision = (
-        "Off by default: on the untuned precision corpus (`benchmarks/precision/`, `run.py --select NAN124`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) it reports 1 finding on the tune split (a false alarm) and 2 on the test split: one false alarm and one real, but the real one is the same e3nn line as the real-bugs benchmark's tune-half bug the rule was written from, so it is no evidence; untuned, that is 0 of 1. "
-        "The false alarms: a sinc helper called only on a grid with its zero sample sliced out, and a quotient that a `torch.where` in a later statement replaces wherever the divisor is small. Turn it on with `--extend-select NAN124` for radial bases, sinc kernels and rotation formulas."
-    )
     default_enabled = False
+    untuned_precision = (
+        'The false alarms are divisors kept off 0 by a mask or an epsilon the analysis did not '
+        'follow.'
+    )
     fails_in = "all (x = 0); float16 and bfloat16 near 0 (gradient)"
     name = "sinc-by-hand"
     message = (

@@ -1,0 +1,132 @@
+"""Which rules are on by default, and the measurements that decide it.
+
+A finding is judged by the claim of its rule's kind (rules/README.md). A rule is on by default
+when, on code it was not tuned on (the test halves of the PyPI corpus and of the research
+repositories, pooled: benchmarks/precision/), its findings' precision by claim is at least
+0.90 over at least 20 judged findings; a rule with fewer judged findings is on when every one
+of them is correct and it was on before findings came to be judged by claim, or its kind's
+claim was what demoted it (NAN306 to NAN308). The hazards the project exists for are on
+whatever the figures say (DEVELOPERS.md): a sigmoid written by hand, the log of a softmax, a
+clip after `optimizer.step()`, float16 cross-entropy.
+
+`UNTUNED` holds the figures (`benchmarks/precision/pooled.py --markdown`, the run named in
+`MEASURED_AT`); the rule pages state them, and a test checks that every rule's
+`default_enabled` is what this policy gives.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Optional
+
+# The run the figures come from (benchmarks/precision/README.md says how to repeat it).
+MEASURED_AT = "pooled.py --pypi s15final --repos s15final"
+
+BAR = 0.90
+ENOUGH = 20
+
+# The hazards the project exists for: on by default whatever their figures.
+MISSION = {
+    "NAN101": "a sigmoid written by hand",
+    "NAN102": "the log of a softmax",
+    "NAN401": "a gradient clipped after `optimizer.step()`",
+    "NAN303": "float16 cross-entropy outside autocast",
+}
+
+# On before findings were judged by their rule's claim (so "stays on" applies), or demoted
+# only because the old standard counted no wrong-but-finite loss as a hazard.
+WAS_ON = {"NAN116", "NAN119", "NAN121", "NAN301", "NAN303", "NAN305", "NAN401", "NAN403", "NAN404",
+          "NAN306", "NAN307", "NAN308"}
+
+
+class Figures(NamedTuple):
+    """Judged findings by claim: correct of judged, on the test half (untuned) and the tune
+    half."""
+
+    test_correct: int
+    test_judged: int
+    tune_correct: int
+    tune_judged: int
+
+
+# Rules with no finding on either half are absent (0 of 0).
+UNTUNED: Dict[str, Figures] = {
+    "NAN101": Figures(4, 6, 6, 8),
+    "NAN102": Figures(17, 18, 22, 22),
+    "NAN103": Figures(20, 20, 14, 14),
+    "NAN104": Figures(128, 130, 10, 10),
+    "NAN105": Figures(39, 72, 39, 49),
+    "NAN106": Figures(74, 80, 76, 77),
+    "NAN107": Figures(1, 2, 1, 1),
+    "NAN108": Figures(2, 4, 4, 4),
+    "NAN109": Figures(23, 64, 32, 71),
+    "NAN110": Figures(0, 28, 0, 12),
+    "NAN111": Figures(0, 4, 0, 1),
+    "NAN112": Figures(3, 10, 2, 7),
+    "NAN113": Figures(3, 31, 0, 15),
+    "NAN114": Figures(0, 4, 0, 3),
+    "NAN115": Figures(0, 2, 1, 5),
+    "NAN116": Figures(7, 14, 8, 8),
+    "NAN117": Figures(1, 1, 0, 0),
+    "NAN118": Figures(1, 1, 0, 1),
+    "NAN120": Figures(0, 2, 0, 3),
+    "NAN121": Figures(3, 6, 6, 15),
+    "NAN122": Figures(1, 10, 0, 8),
+    "NAN124": Figures(2, 4, 1, 4),
+    "NAN125": Figures(0, 2, 0, 0),
+    "NAN126": Figures(0, 0, 1, 1),
+    "NAN201": Figures(2, 10, 1, 1),
+    "NAN202": Figures(1, 2, 0, 2),
+    "NAN203": Figures(0, 1, 1, 1),
+    "NAN204": Figures(0, 4, 0, 11),
+    "NAN205": Figures(0, 6, 0, 7),
+    "NAN301": Figures(2, 3, 3, 3),
+    "NAN302": Figures(19, 22, 69, 70),
+    "NAN305": Figures(0, 0, 0, 1),
+    "NAN308": Figures(0, 0, 7, 7),
+    "NAN402": Figures(1, 2, 4, 4),
+    "NAN404": Figures(1, 1, 0, 0),
+}
+
+
+def precision(correct: int, judged: int) -> Optional[float]:
+    return correct / judged if judged else None
+
+
+def decision(code: str, kind: str) -> "tuple[bool, str]":
+    """(on by default, why) for rule `code` of `kind`, from its untuned figures. A value rule
+    needs the bar over enough findings (issue 30: value rules stay off unless they reach it)."""
+    f = UNTUNED.get(code, Figures(0, 0, 0, 0))
+    p = precision(f.test_correct, f.test_judged)
+    if kind == "file":
+        return True, "the engine's own report of a file it could not lint"
+    if code in MISSION:
+        return True, f"a hazard the project exists for ({MISSION[code]}), on whatever its figures"
+    if f.test_judged >= ENOUGH:
+        if p >= BAR:
+            return True, f"at least {BAR:.2f} over at least {ENOUGH} findings"
+        return False, f"{p:.2f}, below {BAR:.2f}"
+    if f.test_correct == f.test_judged and code in WAS_ON and kind != "value":
+        if f.test_judged == 0:
+            return True, "it was on before, and nothing on the test halves to judge says otherwise"
+        return True, f"fewer than {ENOUGH} findings, every one correct, and it was on before"
+    if f.test_judged == 0:
+        return False, "nothing on the test halves to judge" if kind != "value" else \
+            f"a value rule needs at least {BAR:.2f} over at least {ENOUGH} findings"
+    if kind == "value":
+        return False, f"a value rule needs at least {BAR:.2f} over at least {ENOUGH} findings"
+    return False, f"fewer than {ENOUGH} findings, " + (
+        "not every one correct" if f.test_correct < f.test_judged else "and it was off before")
+
+
+def sentence(code: str, kind: str) -> str:
+    """The figures and the decision, for the rule's page."""
+    f = UNTUNED.get(code, Figures(0, 0, 0, 0))
+    on, why = decision(code, kind)
+    tune = f"; on the tune half {f.tune_correct} of {f.tune_judged}" if f.tune_judged else "; none on the tune half"
+    where = ("on code the rules were not tuned on (the test halves of the PyPI corpus and of the "
+             "research repositories, `benchmarks/precision/README.md`)")
+    if f.test_judged == 0:
+        measured = f"It reported nothing to judge {where}{tune}."
+    else:
+        measured = f"Judged by its claim {where}, {f.test_correct} of {f.test_judged} findings were correct{tune}."
+    return f"{'On' if on else 'Off'} by default ({why}). {measured}"

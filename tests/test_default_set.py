@@ -1,0 +1,115 @@
+"""The default set is what the measurements decide (nanlint/default_set.py), and it finds the
+hazards the project exists for in float32 code written fresh, with no flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nanlint import default_set
+from nanlint.config import Settings, select_rules
+from nanlint.engine import lint_source
+from nanlint.fixes import fix_source
+from nanlint.rules import all_rules, get_rule
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_default_enabled_is_what_the_figures_decide(rule):
+    on, why = default_set.decision(rule.code, rule.kind)
+    assert rule.default_enabled == on, f"{rule.code}: {why}"
+
+
+def test_the_policy_reads_the_bar_and_the_count():
+    figures = default_set.UNTUNED
+    # Enough findings over the bar: on; enough below it: off.
+    assert default_set.decision("NAN103", "form")[0] and figures["NAN103"].test_judged >= default_set.ENOUGH
+    assert not default_set.decision("NAN105", "form")[0]
+    # A value rule needs the bar over enough findings, whatever it was before.
+    assert not default_set.decision("NAN119", "value")[0]
+    # The project's own hazards are on whatever their figures say.
+    assert all(default_set.decision(code, get_rule(code).kind)[0] for code in default_set.MISSION)
+    # The default set as a whole clears the bar on the test halves over at least 100 findings.
+    on = [c for c, f in figures.items() if get_rule(c).default_enabled]
+    correct = sum(figures[c].test_correct for c in on)
+    judged = sum(figures[c].test_judged for c in on)
+    assert judged >= 100 and correct / judged >= default_set.BAR
+
+
+# A float32 training script written for this test: every hazard the defaults must find.
+FRESH = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class StepHead(nn.Module):
+    def __init__(self, channels, k=50):
+        super().__init__()
+        self.k = k
+        self.prob = nn.Sequential(nn.Conv2d(channels, 1, 3, padding=1), nn.Sigmoid())
+        self.thresh = nn.Sequential(nn.Conv2d(channels, 1, 3, padding=1), nn.Sigmoid())
+
+    def forward(self, features):
+        x, y = self.prob(features), self.thresh(features)
+        return torch.reciprocal(1 + torch.exp(-self.k * (x - y)))
+
+
+def gate(h):
+    return 1 / (1 + torch.exp(-h))
+
+
+def losses(logits, scores, raw_scale, target):
+    log_probs = torch.log(torch.softmax(logits, dim=-1))
+    positive = torch.log(torch.sigmoid(scores))
+    negative = torch.log(1 - torch.sigmoid(scores))
+    scale = torch.log(1 + torch.exp(raw_scale))
+    return -log_probs.gather(1, target[:, None]).mean() - positive.mean() - negative.mean() + scale
+
+
+def half_loss(model, x, y):
+    logits = model(x).half()
+    return F.cross_entropy(logits, y)
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+'''
+
+
+def _defaults():
+    return select_rules(Settings())  # what `nanlint src/` runs with no flags and no config
+
+
+def test_fresh_float32_script_shows_every_mission_hazard_by_default():
+    found = {(d.start.row, d.code) for d in lint_source("train.py", FRESH, _defaults()).diagnostics}
+    assert found == {
+        (15, "NAN101"),  # the DBNet step with k = 50, in float32
+        (19, "NAN101"),  # a hand sigmoid
+        (23, "NAN102"),  # log of a softmax
+        (24, "NAN103"),  # log of a sigmoid, float32
+        (25, "NAN103"),  # log of 1 - sigmoid
+        (26, "NAN104"),  # a hand softplus
+        (32, "NAN303"),  # float16 cross-entropy outside autocast
+        (41, "NAN401"),  # clip after step
+    }
+
+
+def test_the_dbnet_step_is_fixed_to_torch_sigmoid_by_default():
+    outcome = fix_source("train.py", FRESH, _defaults(), unsafe=False)
+    assert "return torch.sigmoid(self.k * (x - y))" in outcome.source
+    assert "torch.nn.functional.log_softmax(logits, dim=-1)" in outcome.source or \
+        "torch.log_softmax(logits, dim=-1)" in outcome.source
+
+
+def test_the_example_shows_its_default_hazards():
+    source = (ROOT / "examples" / "train_step.py").read_text(encoding="utf-8")
+    codes = sorted(d.code for d in lint_source("examples/train_step.py", source, _defaults()).diagnostics)
+    assert codes == ["NAN101", "NAN102", "NAN104", "NAN401"]
