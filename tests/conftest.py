@@ -30,19 +30,3 @@ def pools(monkeypatch):
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counting)
     monkeypatch.setattr(nanlint.jobs, "POOL_MIN_BYTES", 0)
     return started
-
-
-@pytest.fixture
-def sample_rule_on(monkeypatch):
-    """Turn NAN101 on by default, in this process, as a project's `extend-select` would.
-
-    The tests of the command line, the cache, notebooks and ruff's habits use its hazard, a
-    sigmoid written by hand (one expression, an exact fix), as their sample finding. The rule
-    is off by default since its precision was measured on code it was not tuned on (its page);
-    these tests exercise the machinery around the default selection, not the default set,
-    which `test_pages.py` and `nanlint rules` check as it ships. Subprocesses (the language
-    server included) do not see this: they pass `--extend-select NAN101` or read it from a
-    config."""
-    from nanlint.rules.hand_sigmoid import HandWrittenSigmoid
-
-    monkeypatch.setattr(HandWrittenSigmoid, "default_enabled", True)

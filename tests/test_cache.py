@@ -21,8 +21,8 @@ from nanlint.output import render
 from nanlint.rules import Rule
 from nanlint.runner import run
 
-# NAN101, off by default, is these tests' sample hazard (see the fixture's docstring).
-pytestmark = pytest.mark.usefixtures("sample_rule_on")
+# NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these
+# tests' sample hazard.
 
 ROOT = Path(__file__).resolve().parent.parent
 HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"

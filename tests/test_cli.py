@@ -27,8 +27,8 @@ from nanlint.diagnostics import UNSAFE
 from nanlint.fixes import fix_source
 from nanlint.rules import Rule, all_rules, get_rule
 
-# NAN101, off by default, is these tests' sample hazard (see the fixture's docstring).
-pytestmark = pytest.mark.usefixtures("sample_rule_on")
+# NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these
+# tests' sample hazard.
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -20,8 +20,8 @@ from nanlint.cli import main
 from nanlint.diagnostics import Position
 from nanlint.notebooks import read_notebook
 
-# NAN101, off by default, is these tests' sample hazard (see the fixture's docstring).
-pytestmark = pytest.mark.usefixtures("sample_rule_on")
+# NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these
+# tests' sample hazard.
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "fixtures" / "notebooks"
@@ -38,8 +38,8 @@ def run(capsys, *args):
 
 @pytest.fixture
 def work(tmp_path, monkeypatch):
-    """A copy of the fixture set, as the current directory, in a project that turns on
-    NAN102 (off by default; the log of a softmax in cell 7 is the notebook's second hazard)."""
+    """A copy of the fixture set, as the current directory, in a project with a config (the
+    log of a softmax in cell 7, NAN102, is the notebook's second hazard)."""
     for f in NOTEBOOKS.glob("*.ipynb"):
         shutil.copy(f, tmp_path / f.name)
     (tmp_path / "pyproject.toml").write_text('[tool.nanlint]\nextend-select = ["NAN102"]\n')
@@ -285,17 +285,17 @@ def test_verify_works_on_notebook_findings(work, capsys):
     pytest.importorskip("torch")
     code, out, err = run(capsys, "verify", "--device", "cpu", "hazards.ipynb")
     lines = out.splitlines()
-    # The cells' inputs are bare names the analysis proves nothing about: "possible" (issue 9),
-    # which does not set the exit code.
-    assert lines[0].startswith("hazards.ipynb:cell 4:2:8: NAN101 possible:")
-    assert lines[1].startswith("hazards.ipynb:cell 7:2:12: NAN102 possible:")
-    assert code == 0
+    # Form rules: confirmed at inputs of the dtype; the cells' inputs are bare names the
+    # analysis proves nothing about, which the verdict says ("reach not shown").
+    assert lines[0].startswith("hazards.ipynb:cell 4:2:8: NAN101 confirmed:") and "reach not shown" in lines[0]
+    assert lines[1].startswith("hazards.ipynb:cell 7:2:12: NAN102 confirmed:") and "reach not shown" in lines[1]
+    assert code == 1
     # And from the JSON of an earlier check: the cell comes back with the finding.
     _, findings, _ = run(capsys, "--output-format", "json", "--exit-zero", "hazards.ipynb")
     (work / "findings.json").write_text(findings)
     code, out, err = run(capsys, "verify", "--device", "cpu", "--from", "findings.json", "--output-format", "json")
     data = json.loads(out)
-    assert [(f["cell"], f["verification"]["verdict"]) for f in data["findings"]] == [(4, "possible"), (7, "possible")]
+    assert [(f["cell"], f["verification"]["verdict"]) for f in data["findings"]] == [(4, "confirmed"), (7, "confirmed")]
 
 
 def test_stdin_notebook(tmp_path):
@@ -320,7 +320,7 @@ def test_top_level_await_is_not_a_syntax_error(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("indent", [None, 2, 4])
 def test_fix_keeps_the_files_own_layout(tmp_path, monkeypatch, capsys, indent):
     monkeypatch.chdir(tmp_path)
-    cells = ("import torch\n", "z = encoder(batch)\ng = 1 / (1 + torch.exp(-z))\nprint(g)\n")
+    cells = ("import torch\n", "z = encoder(batch)\ng = 1 / (1 + torch.exp(-z))\nloss = (g * z).mean()\n")
     (tmp_path / "nb.ipynb").write_text(notebook(*cells, indent=indent))
     run(capsys, "--fix", "nb.ipynb")
     expected = notebook(cells[0], cells[1].replace("1 / (1 + torch.exp(-z))", "torch.sigmoid(z)"), indent=indent)

@@ -60,6 +60,21 @@ def test_every_verdict_is_well_formed_and_names_a_pinned_package():
         assert row["why"].strip().endswith(".") and "`" not in row["why"], row
 
 
+def test_verdicts_by_claim_name_their_rule_s_kind():
+    """A verdict judged by its rule's claim says so, with the kind that claim belongs to."""
+    import sys
+
+    sys.path.insert(0, str(BENCH.parent.parent))
+    from nanlint.rules import get_rule
+
+    rows = [json.loads(line) for name in ("triage.jsonl", "repo_triage.jsonl")
+            for line in (BENCH / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+    claimed = [r for r in rows if r.get("standard") == "claim"]
+    assert len(claimed) >= 100
+    for r in claimed:
+        assert r["kind"] == get_rule(r["code"]).kind and r["judged"], r
+
+
 def test_score_joins_findings_with_verdicts(tmp_path, monkeypatch, capsys):
     verdicts = score.load_triage()
     (package, version, path, line, code), row = next(iter(verdicts.items()))

@@ -23,18 +23,16 @@ HAZARD = """\
 import torch
 
 
-def label_entropy(labels, classes):
-    p = torch.bincount(labels, minlength=classes) / len(labels)
-    return -(p * torch.log(p)).sum()
+def class_log_probs(logits):
+    return torch.log(torch.softmax(logits, dim=-1))
 """
 
 FIXED = """\
 import torch
 
 
-def label_entropy(labels, classes):
-    p = torch.bincount(labels, minlength=classes) / len(labels)
-    return torch.special.entr(p).sum()
+def class_log_probs(logits):
+    return torch.log_softmax(logits, dim=-1)
 """
 
 
@@ -125,7 +123,7 @@ def test_check_hook_blocks_and_fix_hook_repairs(tmp_path):
     _git(project, env, "add", "-A")
     blocked = _run(["git", "commit", "-m", "add a gate"], project, env)
     assert blocked.returncode != 0, blocked.stdout
-    assert "model.py:6:14: NAN116" in blocked.stdout, blocked.stdout
+    assert "model.py:5:12: NAN102" in blocked.stdout, blocked.stdout
     assert _run(["git", "rev-parse", "--verify", "-q", "HEAD"], project, env).returncode != 0
     assert (project / "model.py").read_text() == HAZARD  # the check hook writes nothing
 

@@ -19,8 +19,8 @@ import pytest
 from nanlint.cli import main
 from nanlint.rules import all_rules
 
-# NAN101, off by default, is these tests' sample hazard (see the fixture's docstring).
-pytestmark = pytest.mark.usefixtures("sample_rule_on")
+# NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these
+# tests' sample hazard.
 
 ROOT = Path(__file__).resolve().parent.parent
 HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
@@ -59,17 +59,11 @@ def codes(out: str):
 
 
 def nanlint(*args, stdin=None, cwd=None, env=None):
-    """The real entry point in a subprocess, linting with the sample hazard's rule on."""
+    """The real entry point in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "nanlint", *_with_sample_rule(args)], input=stdin, capture_output=True, text=True,
+        [sys.executable, "-m", "nanlint", *args], input=stdin, capture_output=True, text=True,
         cwd=cwd, env=env, timeout=120,
     )
-
-
-def _with_sample_rule(args):
-    """`args` with `--extend-select NAN101`: a subprocess does not see the `sample_rule_on` fixture."""
-    at = 1 if args and args[0] == "check" else 0
-    return [*args[:at], "--extend-select", "NAN101", *args[at:]]
 
 
 # --- output formats ----------------------------------------------------------------------------
@@ -99,7 +93,7 @@ def _tty_output(args, cwd, env_extra=None) -> str:
     env.pop("NO_COLOR", None)
     env.update(env_extra or {})
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "nanlint", *_with_sample_rule(args)], stdout=slave, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "nanlint", *args], stdout=slave, stderr=subprocess.DEVNULL,
                             cwd=cwd, env=env)
     os.close(slave)
     chunks = []

@@ -187,11 +187,12 @@ def test_unsafe_fix_is_labelled_and_not_preferred_ignore_and_fix_all(tmp_path):
 
 
 def test_settings_come_from_the_nearest_pyproject(tmp_path):
-    # The root turns NAN101 on; legacy/ has its own pyproject.toml, which turns on NAN111 only.
+    # The root's settings keep the defaults (NAN101 on); legacy/ has its own pyproject.toml,
+    # which selects NAN111 only.
     (tmp_path / "pyproject.toml").write_text(SAMPLE_ON, encoding="utf-8")
     legacy = tmp_path / "legacy"
     legacy.mkdir()
-    (legacy / "pyproject.toml").write_text('[tool.nanlint]\nextend-select = ["NAN111"]\n', encoding="utf-8")
+    (legacy / "pyproject.toml").write_text('[tool.nanlint]\nselect = ["NAN111"]\n', encoding="utf-8")
 
     async def scenario(s: Session) -> None:
         kept = s.open(tmp_path / "a.py", TWO)

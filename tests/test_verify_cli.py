@@ -52,16 +52,16 @@ def project(tmp_path, monkeypatch):
 
 
 def test_text_output_one_line_per_finding_and_a_summary(project, capsys):
-    # The hazard's x and y are bare parameters (nothing proven about them): "possible",
-    # which does not set the exit code; test_verify_domains.py has the confirmed case.
+    # Form rules: confirmed by a failure at inputs of the dtype. The hazard's x and y are bare
+    # parameters (nothing proven about them), which the verdict says: reach not shown.
     code, out, err = run(["verify", "model.py"], capsys)
-    assert code == 0
+    assert code == 1
     lines = out.strip().splitlines()
-    assert lines[0].startswith("model.py:10:16: NAN101 possible: NaN gradient w.r.t. ")
+    assert lines[0].startswith("model.py:10:16: NAN101 confirmed: NaN gradient w.r.t. ")
     assert f"in float16 on {AUTO_DEVICE}" in lines[0] and "self.k=50" in lines[0]
-    assert re.match(rf"^Verified \d+ findings? on {AUTO_DEVICE} \(torch .*\) in [\d.]+ s: 0 confirmed, \d+ possible \(found only "
-                    r"with inputs the analysis could not bound\), 0 not reproduced, 0 fix failed\.$",
-                    lines[-1]), lines[-1]
+    assert "reach not shown: the analysis bounds nothing about x, y" in lines[0]
+    assert re.match(rf"^Verified \d+ findings? on {AUTO_DEVICE} \(torch .*\) in [\d.]+ s: \d+ confirmed, "
+                    r"0 not reproduced, 0 fix failed\.$", lines[-1]), lines[-1]
     assert len(lines) == 1 + sum(1 for line in lines if re.match(r"^model\.py:\d+:\d+: NAN\d{3} ", line))
 
 
@@ -73,14 +73,14 @@ def test_clean_code_exits_0(project, capsys):
 
 def test_json_output_has_everything(project, capsys):
     code, out, _ = run(["verify", "model.py", "--output-format", "json"], capsys)
-    assert code == 0
+    assert code == 1
     data = json.loads(out)
     assert data["device"] == AUTO_DEVICE and data["torch"]
-    assert data["summary"]["possible"] == len(data["findings"]) >= 1
+    assert data["summary"]["confirmed"] == len(data["findings"]) >= 1
     first = data["findings"][0]
     assert first["code"] == "NAN101" and first["probe"]["kind"] == "expression"
     ver = first["verification"]
-    assert ver["verdict"] == "possible"
+    assert ver["verdict"] == "confirmed" and "reach not shown" in ver["reason"]
     assert ver["witness"]["dtype"] == "float16" and ver["witness"]["where"] == "gradient"
     assert ver["witness"]["inputs"]["self.k"] == 50.0
     assert len(ver["contexts"]) == 7 and ver["ranges"]
@@ -129,7 +129,7 @@ def test_from_json_round_trip_gives_the_same_verdicts(project, capsys):
     (project / "findings.json").write_text(findings)
     _, direct, _ = run(["verify", "model.py", "--output-format", "json"], capsys)
     code, later, _ = run(["verify", "--from", "findings.json", "--output-format", "json"], capsys)
-    assert code == 0
+    assert code == 1
     a = [(f["location"]["row"], f["verification"]["verdict"], f["verification"]["witness"]["sentence"])
          for f in json.loads(direct)["findings"]]
     b = [(f["location"]["row"], f["verification"]["verdict"], f["verification"]["witness"]["sentence"])
@@ -138,7 +138,7 @@ def test_from_json_round_trip_gives_the_same_verdicts(project, capsys):
     # The file linted on the CPU runner need not exist where it is verified.
     (project / "model.py").unlink()
     code, out, _ = run(["verify", "--from", "findings.json"], capsys)
-    assert code == 0 and "possible" in out
+    assert code == 1 and "confirmed" in out
 
 
 def test_from_stdin(project, capsys, monkeypatch):
@@ -147,7 +147,7 @@ def test_from_stdin(project, capsys, monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", io.StringIO(findings))
     code, out, _ = run(["verify", "--from", "-"], capsys)
-    assert code == 0 and "possible" in out
+    assert code == 1 and "confirmed" in out
 
 
 def test_from_verifies_every_finding_in_the_file_unless_the_command_line_narrows_it(project, capsys):
@@ -277,7 +277,7 @@ def test_progress_on_stderr_for_long_runs():
 
 def test_report_html(project, capsys):
     code, _, err = run(["verify", "model.py", "--report", "report.html"], capsys)
-    assert code == 0 and "Report written to report.html" in err
+    assert code == 1 and "Report written to report.html" in err
     page = (project / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "http://" not in page.replace("http://www.w3.org", "") and "<script" not in page
@@ -321,5 +321,5 @@ def test_real_entry_point(project):
     env = checkout_env()
     out = subprocess.run([sys.executable, "-m", "nanlint", "verify", "model.py"], capture_output=True,
                          text=True, cwd=project, env=env)
-    assert out.returncode == 0, out.stderr
-    assert "NAN101 possible" in out.stdout
+    assert out.returncode == 1, out.stderr
+    assert "NAN101 confirmed" in out.stdout

@@ -104,20 +104,23 @@ def test_counts_are_non_negative_integers():
     assert verdict("x / n", "x / n.clamp(min=1)", [x, n], [("n", ">", "0")]).verdict == "not-reproduced"
 
 
-def _finding(original, fixed, inputs, row):
-    return {"code": "NAN101", "message": "m", "filename": "m.py", "location": {"row": row, "column": 1},
+def _finding(original, fixed, inputs, row, code="NAN101"):
+    return {"code": code, "message": "m", "filename": "m.py", "location": {"row": row, "column": 1},
             "end_location": {"row": row, "column": 2},
             "probe": {"kind": "expression", "original": original, "fixed": fixed, "inputs": inputs}}
 
 
 def test_possible_is_shown_in_text_json_and_html_and_does_not_set_the_exit_code(tmp_path, capsys):
+    # A value rule (the log of a value that can be 0): found only with an input the analysis
+    # proved nothing about, the failure is "possible".
     path = tmp_path / "f.json"
-    path.write_text(json.dumps([_finding("1 / (1 + torch.exp(-z))", "torch.sigmoid(z)", [{"name": "z"}], 1)]))
+    log = ("torch.log(z)", "torch.log(z.clamp(min=torch.finfo(z.dtype).tiny))")
+    path.write_text(json.dumps([_finding(*log, [{"name": "z"}], 1, code="NAN201")]))
     with pytest.raises(SystemExit) as exc:
         main(["verify", "--from", str(path), "--report", str(tmp_path / "r.html")])
     out = capsys.readouterr().out
     assert exc.value.code == 0
-    assert "m.py:1:1: NAN101 possible: " in out and "could not bound (z" in out
+    assert "m.py:1:1: NAN201 possible: " in out and "could not bound (z" in out
     assert "1 possible (found only with inputs the analysis could not bound)" in out
     page = (tmp_path / "r.html").read_text()
     assert ">possible</span>" in page
@@ -125,9 +128,15 @@ def test_possible_is_shown_in_text_json_and_html_and_does_not_set_the_exit_code(
         main(["verify", "--from", str(path), "--output-format", "json"])
     data = json.loads(capsys.readouterr().out)
     assert data["summary"]["possible"] == 1 and data["findings"][0]["verification"]["verdict"] == "possible"
-    path.write_text(json.dumps([_finding("1 / (1 + torch.exp(-z))", "torch.sigmoid(z)",
-                                         [{"name": "z", "evidence": "logits of a linear layer, line 9",
-                                           "kind": "real"}], 1)]))
+    path.write_text(json.dumps([_finding(*log, [{"name": "z", "evidence": "a ReLU output, line 9",
+                                                 "kind": "real"}], 1, code="NAN201")]))
     with pytest.raises(SystemExit) as exc:
         main(["verify", "--from", str(path)])
     assert exc.value.code == 1 and " confirmed: " in capsys.readouterr().out
+    # A form rule's claim is about the spelling: the same bare input confirms it, and the
+    # verdict says that reach was not shown.
+    path.write_text(json.dumps([_finding("1 / (1 + torch.exp(-z))", "torch.sigmoid(z)", [{"name": "z"}], 1)]))
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--from", str(path)])
+    out = capsys.readouterr().out
+    assert exc.value.code == 1 and "NAN101 confirmed: " in out and "reach not shown" in out
