@@ -31,6 +31,9 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from nanlint.rules import all_rules  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+from score import load_findings  # noqa: E402  (run.py's findings, as score.py reads them)
+
 SPLITS = ("test", "tune")
 
 
@@ -49,17 +52,8 @@ def _counts(verdict: Optional[dict], kind: str) -> str:
 
 def pypi_findings(label: str) -> List[Tuple[str, str, Tuple]]:
     """(split, code, triage key) for every finding of a run.py run."""
-    folder = RESULTS / label
-    if not folder.is_dir():
-        sys.exit(f"no results for {label!r}: run run.py --label {label} --select ALL first")
-    out = []
-    for path in sorted(folder.glob("*.json")):
-        if path.name == "meta.json":
-            continue
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        for f in doc["findings"]:
-            out.append((doc["split"], f["code"], ("pypi", doc["name"], doc["version"], f["path"], f["line"], f["code"])))
-    return out
+    return [(f["split"], f["code"], ("pypi", f["package"], f["version"], f["path"], f["line"], f["code"]))
+            for f in load_findings(label)]
 
 
 def repo_findings(label: str) -> List[Tuple[str, str, Tuple]]:
