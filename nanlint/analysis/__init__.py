@@ -52,7 +52,9 @@ __all__ = [
     "nonempty", "probe_input", "summarize_module", "clamped_to_zero", "no_gradient", "cuts_gradient",
     "differentiated_nodes", "backward_reaches",
     "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
-    "exp_cannot_overflow", "exp_kept_finite", "exp_bound_note", "enforced_value", "enforced_value_where_kept", "exponent_bounded", "shifted_by_global_max", "called_under_autocast", "softmax_distribution",
+    "exp_cannot_overflow", "exp_kept_finite", "exp_bound_note", "ExpBound", "enforced_value",
+    "enforced_value_where_kept", "exponent_bounded", "shifted_by_global_max", "called_under_autocast",
+    "softmax_distribution",
 ]
 
 

@@ -79,9 +79,8 @@ _WRAPPERS = ("nan_to_num", "nan_to_num_", "masked_fill", "nansum", "nanmean")
 def repaired_around(ctx: FileContext) -> Optional[str]:
     """The expression being visited sits inside a call of the same statement that repairs its
     result: `torch.nan_to_num(softmax(s))`, `s.softmax(-1).masked_fill(empty, 0)`,
-    `torch.nansum(...)`. None
-    otherwise. (`torch.log(p).clamp(min=-100)` is not a repair: the gradient at p = 0 is
-    0 * inf = NaN.)"""
+    `torch.nansum(...)`. None otherwise. (`torch.log(p).clamp(min=-100)` is not a repair:
+    the gradient at p = 0 is 0 * inf = NaN.)"""
     for outer in reversed(ctx.stack[:-1]):
         if isinstance(outer, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             break

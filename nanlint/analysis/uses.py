@@ -115,7 +115,7 @@ def _consumed(ctx: FileContext, node: cst.CSTNode, parents: Dict[int, cst.CSTNod
                 isinstance(parent, cst.Subscript) and parent.value is child):
             child = parent  # arithmetic and selections pass the value on
             continue
-        if isinstance(parent, (cst.Call,)) and parent.func is child:
+        if isinstance(parent, cst.Call) and parent.func is child:
             return None  # calling the value
         if isinstance(parent, cst.Assign) and parent.value is child:
             targets = [t.target for t in parent.targets]
@@ -125,12 +125,8 @@ def _consumed(ctx: FileContext, node: cst.CSTNode, parents: Dict[int, cst.CSTNod
             reads = list(_reads_of(scope, name, parent))
             if not reads:
                 return None  # assigned and never read here: returned or stored elsewhere
-            reasons = []
-            for read in reads:
-                why = _consumed(ctx, read, parents, scope, depth - 1)
-                if why is None:
-                    return None
-                reasons.append(why)
+            if any(_consumed(ctx, read, parents, scope, depth - 1) is None for read in reads):
+                return None
             return f"`{name}` is only compared, indexed with or read as a number"
         return None
 
