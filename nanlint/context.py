@@ -586,13 +586,25 @@ class FileContext:
         """`node` with torch aliases spelled out in full and (with `inline`) local names
         replaced by what they hold, as a probe's expression must stand on its own. Names in
         `keep` stay free inputs (a trainable tensor: its initializer says nothing)."""
-        canonicalizer = _Canonicalizer(self, env if env is not None else self.scope.bindings, inline, frozenset(keep))
+        bindings = env if env is not None else self.scope.bindings
+        kept = frozenset(keep)
+        # Memoized: a local read in many places (a polynomial's shared terms) is inlined
+        # once, not once per read, which was exponential in the chain of locals.
+        memo = self.derived("canonical memo", dict)
+        key = (id(node), id(bindings), inline, kept)
+        found = memo.get(key)
+        if found is not None:
+            return found[0]
+        canonicalizer = _Canonicalizer(self, bindings, inline, kept)
         if not self.degraded:
-            return node.visit(canonicalizer)
-        try:
-            return node.visit(canonicalizer)
-        except Exception:  # noqa: BLE001 - degraded retry: the node as written still matches
-            return node
+            result = node.visit(canonicalizer)
+        else:
+            try:
+                result = node.visit(canonicalizer)
+            except Exception:  # noqa: BLE001 - degraded retry: the node as written still matches
+                result = node
+        memo[key] = (result, node, bindings)  # the keys' objects stay alive with the entry
+        return result
 
     def expression_probe(
         self,
@@ -639,6 +651,14 @@ class FileContext:
         )
 
 
+# The most code (characters) locals may add to one canonical expression by inlining.
+MAX_INLINED = 4000
+
+
+def _code_size(node: cst.BaseExpression) -> int:
+    return len(node_code(node))
+
+
 class _Canonicalizer(cst.CSTTransformer):
     def __init__(self, ctx: FileContext, env: Dict[str, Binding], inline: bool, keep=frozenset()):
         super().__init__()
@@ -646,6 +666,7 @@ class _Canonicalizer(cst.CSTTransformer):
         self.env = env
         self.inline = inline
         self.keep = keep
+        self.inlined = 0  # characters inlined so far (MAX_INLINED)
         self._skip: Set[int] = set()
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -677,7 +698,12 @@ class _Canonicalizer(cst.CSTTransformer):
         if self.inline and binding is not None and binding.value is not None and original.value not in self.keep \
                 and not _empty_container(binding.value):
             inner = self.ctx.canonical(binding.value, binding.env, True, self.keep)
-            return parenthesize(inner)
+            size = _code_size(inner)
+            if self.inlined + size <= MAX_INLINED:
+                self.inlined += size
+                return parenthesize(inner)
+            # Past the budget the local stays a free input: a probe is an op to run, not a
+            # whole program (a polynomial solver's chain of locals would be inlined for ever).
         full = self.ctx.imports.names.get(original.value)
         if full is not None and full.startswith("torch") and full != original.value:
             return cst.parse_expression(full)
