@@ -81,7 +81,8 @@ def _plural(n: int, word: str) -> str:
 @click.option("--lint-tests", is_flag=True, help="Lint test files too (tests/, test_*.py, *_test.py, conftest.py), which a directory walk skips by default.")
 @click.option("--config", "config_path", metavar="PATH", help="Read settings from this TOML file instead of the nearest pyproject.toml.")
 @click.option("--max-file-size", metavar="SIZE", help="Skip larger files with a warning (bytes, or 512KB, 2MB; 0: no limit). Default 1MB.")
-@click.option("--file-timeout", metavar="SECONDS", type=float, help="Report a file as skipped when its analysis takes longer (0: no limit). Default 30.")
+@click.option("--file-timeout", metavar="SECONDS", type=float, help="Report a file as skipped when its analysis uses more CPU time (0: no limit). Default 30.")
+@click.option("--file-memory", metavar="SIZE", help="Report a file as skipped when its analysis grows memory by more (bytes, or 512MB, 2GB; 0: no limit). Default 1GB.")
 @click.option("--stdin-filename", metavar="PATH", help="Read the source from stdin and lint it as PATH (settings and per-file-ignores apply by that name).")
 @click.option("--show-fixes", is_flag=True, help="With --fix, list the fixes applied, per file and rule.")
 @click.option("--no-color", is_flag=True, help="No colours, even on a terminal (so does the NO_COLOR variable).")
@@ -106,6 +107,7 @@ def check(
     config_path: Optional[str],
     max_file_size: Optional[str],
     file_timeout: Optional[float],
+    file_memory: Optional[str],
     stdin_filename: Optional[str],
     show_fixes: bool,
     no_color: bool,
@@ -128,6 +130,8 @@ def check(
         settings.max_file_size = parse_size(max_file_size, "--max-file-size")
     if file_timeout is not None:
         settings.file_timeout = parse_seconds(file_timeout, "--file-timeout")
+    if file_memory is not None:
+        settings.file_memory = parse_size(file_memory, "--file-memory")
     settings.force_exclude = settings.force_exclude or force_exclude
     settings.lint_tests = settings.lint_tests or lint_tests
     if verbose:

@@ -16,6 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from .bounds import FileBudget
 from .rules import Rule, all_rules
 
 KNOWN_KEYS = {
@@ -31,14 +32,17 @@ KNOWN_KEYS = {
     "precision",
     "max-file-size",
     "file-timeout",
+    "file-memory",
     "jobs",
     "cache-dir",
 }
 # Larger files are skipped with a one-line warning (generated tables, vendored blobs):
 # LibCST needs about 0.5 GB and 7 s per MB of source.
 DEFAULT_MAX_FILE_SIZE = 1024 * 1024
-# A file whose analysis takes longer is reported as skipped and the run moves on.
+# A file whose analysis uses more CPU time (seconds), or grows the process by more memory
+# (bytes), is reported as skipped and the run moves on (bounds.FileBudget).
 DEFAULT_FILE_TIMEOUT = 30.0
+DEFAULT_FILE_MEMORY = 1024 ** 3
 # `precision = "fp16"`: the project runs in half precision (half-only hazards are reported
 # everywhere, not only where the file shows a half dtype). "auto" (None): the project's own
 # code decides (`project_precision`); "fp32" says it never runs in half precision.
@@ -96,7 +100,8 @@ class Settings:
     lint_tests: bool = False
     precision: Optional[str] = None  # "float16" / "bfloat16" / "float32" from `precision`; None: auto
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; 0: no limit
-    file_timeout: float = DEFAULT_FILE_TIMEOUT  # seconds; 0: no limit
+    file_timeout: float = DEFAULT_FILE_TIMEOUT  # seconds of CPU time; 0: no limit
+    file_memory: int = DEFAULT_FILE_MEMORY  # bytes; 0: no limit
     # Worker processes (None: every usable CPU) and where results are cached (None: the
     # project root's .nanlint_cache).
     jobs: Optional[int] = None
@@ -104,6 +109,10 @@ class Settings:
     # Directory that relative patterns in the config are relative to.
     root: Path = field(default_factory=Path.cwd)
     source: Optional[Path] = None  # the file the settings came from
+
+    def file_budget(self) -> FileBudget:
+        """What one file's analysis may use (`file-timeout`, `file-memory`)."""
+        return FileBudget(cpu=self.file_timeout, memory=self.file_memory)
 
     def excluded(self, path: Path, below: Optional[Path] = None) -> bool:
         """Whether `path` matches an exclude pattern. With `below` (a directory named on
@@ -347,6 +356,8 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
         settings.max_file_size = parse_size(table["max-file-size"], f"{where}: `max-file-size`")
     if "file-timeout" in table:
         settings.file_timeout = parse_seconds(table["file-timeout"], f"{where}: `file-timeout`")
+    if "file-memory" in table:
+        settings.file_memory = parse_size(table["file-memory"], f"{where}: `file-memory`")
     for key in ("force-exclude", "respect-gitignore", "lint-tests"):
         if key in table:
             if not isinstance(table[key], bool):

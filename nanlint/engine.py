@@ -6,7 +6,6 @@ import dataclasses
 import re
 import symtable
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type
 
@@ -16,7 +15,7 @@ from .context import FileContext, Scope, comment_tokens
 from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
-from .bounds import NestedTooDeeply, OutOfTime, nesting_error, run_deep
+from .bounds import FileBudget, NestedTooDeeply, OverBudget, nesting_error, run_deep
 from .triggers import firing
 from .text import split_lines
 
@@ -137,14 +136,9 @@ class _Walker:
     through LibCST's visitor protocol, which rebuilds every node as it goes: the walk is
     read-only, so that work is pure cost (it tripled lint time on large files)."""
 
-    # Checked every this many nodes against `deadline` (a clock read per node costs 5%).
-    _CLOCK_EVERY = 512
-
     def __init__(self, ctx: FileContext, rules: Sequence[Rule], errors: List[str]):
         self.ctx = ctx
         self.errors = errors
-        self.deadline: Optional[float] = None
-        self._count = 0
         self.visits: Dict[str, List[Callable]] = {}
         self.leaves: Dict[str, List[Callable]] = {}
         self._plans: Dict[type, Tuple] = {}
@@ -197,10 +191,6 @@ class _Walker:
         return plan
 
     def walk(self, node: cst.CSTNode) -> None:
-        if self.deadline is not None:
-            self._count += 1
-            if self._count % self._CLOCK_EVERY == 0 and time.monotonic() > self.deadline:
-                raise OutOfTime()
         kind = type(node)
         plan = self._plans.get(kind)
         if plan is None:
@@ -387,16 +377,21 @@ def lint_source(
     source: str,
     rule_classes: Sequence[Type[Rule]],
     precision: Any = None,
-    timeout: float = 0.0,
+    budget: Optional[FileBudget] = None,
     imported: Optional[Dict[str, Any]] = None,
+    usage: Optional[Dict[str, float]] = None,
 ) -> LintResult:
     """Diagnostics for one file's text. Never raises for bad input. `precision` is the half
     precision the project trains in (a `precision.TrainingPrecision`, which says why, or the
     config's value: "float16"/"bfloat16"; None or "float32": only what the file shows counts).
-    `timeout` (seconds, 0 = none) bounds the analysis: past it the file is reported skipped.
-    `imported`: summaries of the project modules the file imports (`project.ProjectIndex`)."""
+    `budget` bounds the analysis (its CPU time and memory, `bounds.FileBudget`): past it the
+    file is reported skipped. `imported`: summaries of the project modules the file imports
+    (`project.ProjectIndex`). `usage`, when given, receives the analysis's CPU seconds and the
+    largest growth of memory seen (benchmarks/stress.py)."""
     try:
-        return run_deep(_lint, path, source, rule_classes, precision, timeout, imported)
+        return run_deep(_lint, path, source, rule_classes, precision, imported, budget=budget, usage=usage)
+    except OverBudget as exc:
+        return LintResult([], skipped=exc.reason(budget or FileBudget()))
     except (MemoryError, RecursionError) as exc:
         reason = "it needs more memory than there is" if isinstance(exc, MemoryError) else \
             "it is nested too deeply to analyse"
@@ -409,7 +404,7 @@ _TOO_DEEP = (
 )
 
 
-def _lint(path, source, rule_classes, precision, timeout, imported) -> LintResult:
+def _lint(path, source, rule_classes, precision, imported) -> LintResult:
     nul = source.find("\0")
     if nul != -1:
         # Python refuses NUL bytes anywhere; point at the first one, not at 1:1.
@@ -450,19 +445,15 @@ def _lint(path, source, rule_classes, precision, timeout, imported) -> LintResul
     ctx.imported = dict(imported or {})
     rules = [cls() for cls in rule_classes]
     walker = _Walker(ctx, rules, ctx.errors)
-    walker.deadline = time.monotonic() + timeout if timeout else None
-    skipped = None
     try:
         walker.walk(module)
-    except OutOfTime:
-        skipped = f"the analysis took longer than {timeout:g} s (file-timeout)"
     except NestedTooDeeply:
         return LintResult([], ctx.errors, skipped=_TOO_DEEP)
     diagnostics = _dedupe(ctx.diagnostics)
     if diagnostics:
         diagnostics = apply_suppressions(source, diagnostics)
     diagnostics.sort(key=Diagnostic.sort_key)
-    return LintResult(diagnostics, ctx.errors, skipped=skipped)
+    return LintResult(diagnostics, ctx.errors)
 
 
 def _libcst_parses(source: str) -> bool:

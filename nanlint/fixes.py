@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional, List, Sequence, Set, Tuple, Type
 
 import libcst as cst
 
+from .bounds import FileBudget
 from .diagnostics import Diagnostic, Edit, Fix
 from .engine import LintResult, lint_source
 from .rules import Rule
@@ -110,7 +111,7 @@ def fix_source(
     rule_classes: Sequence[Type[Rule]],
     unsafe: bool,
     precision: Optional[str] = None,
-    timeout: float = 0.0,
+    budget: Optional[FileBudget] = None,
     max_rounds: int = MAX_ROUNDS,
     imported: Optional[Dict[str, Any]] = None,
 ) -> FixOutcome:
@@ -120,7 +121,7 @@ def fix_source(
     dropped: List[Tuple[Diagnostic, str]] = []
     rejected: Set[Tuple[str, Tuple[Edit, ...]]] = set()
     fixed_findings: List[Diagnostic] = []
-    result = lint_source(path, source, rule_classes, precision, timeout=timeout, imported=imported)
+    result = lint_source(path, source, rule_classes, precision, budget=budget, imported=imported)
     for _ in range(max_rounds):
         if result.skipped:
             break
@@ -168,6 +169,6 @@ def fix_source(
         applied += len(chosen)
         fixed_findings.extend(chosen)
         source = new_source
-        result = lint_source(path, source, rule_classes, precision, timeout=timeout, imported=imported)
+        result = lint_source(path, source, rule_classes, precision, budget=budget, imported=imported)
     return FixOutcome(source=source, applied=applied, remaining=result, dropped=dropped,
                       applied_diagnostics=fixed_findings)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from .bounds import FileBudget
 from .diagnostics import Diagnostic
 
 # Below this much source a pool costs more to start (about half a second per worker, each
@@ -41,7 +42,7 @@ class Mode:
     unsafe_fixes: bool = False
     diff: bool = False
     max_file_size: int = 0  # bytes; 0: no limit
-    file_timeout: float = 0.0  # seconds; 0: no limit
+    budget: FileBudget = FileBudget()  # one file's analysis: CPU seconds, memory
 
 
 @dataclass

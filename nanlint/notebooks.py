@@ -23,6 +23,7 @@ from json.decoder import scanstring
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
+from .bounds import FileBudget
 from .diagnostics import Diagnostic, Edit, Fix, Position
 from .engine import SYNTAX_ERROR, io_error, lint_source, syntax_error
 from .files import ChangedDuringRun, SourceFile, write_fixed
@@ -430,9 +431,9 @@ def check_notebook(
     fix: bool = False,
     unsafe_fixes: bool = False,
     diff: bool = False,
-    timeout: float = 0.0,
+    budget: Optional[FileBudget] = None,
 ) -> None:
-    """Lint (and fix, or diff) one notebook file into `out`, a runner.RunResult; `timeout`
+    """Lint (and fix, or diff) one notebook file into `out`, a runner.RunResult; `budget`
     is the file's analysis budget, as for a .py file."""
     try:
         data = path.read_bytes()
@@ -446,7 +447,7 @@ def check_notebook(
             display, f"not a valid notebook: not UTF-8 (byte {data[exc.start]:#04x}); the file was not linted"
         ))
         return
-    new_raw = fix_notebook_text(display, raw, rules, precision, out, fix or diff, unsafe_fixes, diff, timeout)
+    new_raw = fix_notebook_text(display, raw, rules, precision, out, fix or diff, unsafe_fixes, diff, budget)
     if new_raw != raw and fix and not diff:
         try:
             write_fixed(path, SourceFile(raw, "utf-8", data), new_raw)
@@ -470,7 +471,7 @@ def fix_notebook_text(
     fix: bool = False,
     unsafe_fixes: bool = False,
     diff: bool = False,
-    timeout: float = 0.0,
+    budget: Optional[FileBudget] = None,
 ) -> str:
     """Lint a notebook's text into `out` (cell-relative diagnostics); with `fix`, return the
     text with the fixed cells replaced (with `diff`, the per-cell diffs go to `out.diffs`)."""
@@ -484,12 +485,12 @@ def fix_notebook_text(
     module = notebook.module
     out.diagnostics.extend(_broken_cells(display, notebook))
     if not fix:
-        result = lint_source(display, module, rules, precision, timeout=timeout)
+        result = lint_source(display, module, rules, precision, budget=budget)
         _note_skip(out, display, result)
         out.diagnostics.extend(notebook.to_cells(d) for d in _ipython_syntax(module, result.diagnostics))
         out.internal_errors.extend(result.errors)
         return raw
-    outcome = fix_source(display, module, rules, unsafe_fixes, precision, timeout=timeout)
+    outcome = fix_source(display, module, rules, unsafe_fixes, precision, budget=budget)
     out.internal_errors.extend(outcome.remaining.errors)
     _note_skip(out, display, outcome.remaining)
     for d, reason in outcome.dropped:

@@ -44,7 +44,7 @@ def run(
     rules = select_rules(settings)
     files = discover(list(paths) or ["."], settings)
     mode = Mode(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
-                max_file_size=settings.max_file_size, file_timeout=settings.file_timeout)
+                max_file_size=settings.max_file_size, budget=settings.file_budget())
     # The project index is always on: a file's lint sees what it imports from the project.
     index = ProjectIndex(summarize, summary_cache=cache)
     cache_dir = str(cache.directory) if cache is not None else None
@@ -157,7 +157,7 @@ def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
         from .notebooks import check_notebook
 
         check_notebook(path, display, file_rules, precision, out,
-                       fix=mode.fix, unsafe_fixes=mode.unsafe_fixes, diff=mode.diff, timeout=mode.file_timeout)
+                       fix=mode.fix, unsafe_fixes=mode.unsafe_fixes, diff=mode.diff, budget=mode.budget)
         return None, None
     try:
         source = read_source(path)
@@ -165,7 +165,7 @@ def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
         out.diagnostics.append(io_error(display, str(exc)))
         return None, None
     content = hashlib.sha256(source.data).hexdigest()
-    lint = dict(timeout=mode.file_timeout, imported=imported)
+    lint = dict(budget=mode.budget, imported=imported)
     if not (mode.fix or mode.diff):
         _collect(out, display, lint_source(display, source.text, file_rules, precision, **lint))
         return content, None
@@ -283,14 +283,14 @@ def run_stdin(
         from .notebooks import fix_notebook_text
 
         new_text = fix_notebook_text(display, text, rules, precision, out,
-                                     fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, timeout=settings.file_timeout)
+                                     fix=fix or diff, unsafe_fixes=unsafe_fixes, diff=diff, budget=settings.file_budget())
         return out, new_text
     imported = _stdin_imports(stdin_filename, text)
     if not (fix or diff):
-        _collect(out, display, lint_source(display, text, rules, precision, settings.file_timeout,
+        _collect(out, display, lint_source(display, text, rules, precision, settings.file_budget(),
                                            imported=imported))
         return out, text
-    outcome = fix_source(display, text, rules, unsafe_fixes, precision, settings.file_timeout,
+    outcome = fix_source(display, text, rules, unsafe_fixes, precision, settings.file_budget(),
                          imported=imported)
     for d, reason in outcome.dropped:
         out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from test_cli import cli as default_cli  # noqa: F401 - the in-process CLI fixture, shared
 
+from nanlint.bounds import FileBudget
 from nanlint.diagnostics import Edit, Position
 from nanlint.engine import lint_source
 from nanlint.fixes import SpanMismatch, apply_edits, fix_source
@@ -253,14 +254,74 @@ def test_files_over_max_file_size_are_skipped_with_one_line(cli, tmp_path):
     assert "big.py:3:12: NAN102" in cli(".").out
 
 
-def test_a_file_past_its_time_budget_is_skipped_and_the_run_goes_on(cli, tmp_path):
-    slow = "import torch\n" + "".join(f"v{i} = torch.exp(w{i}) * {i}\n" for i in range(300))
-    write(tmp_path / "slow.py", slow + LOG_SOFTMAX)
+def _spin_on(monkeypatch, filename: str) -> None:
+    """Make NAN102's hook loop for ever on one file (a rule that never returns)."""
+    from nanlint.rules.log_domain import LogOfSoftmax
+
+    real = LogOfSoftmax.visit_Call
+
+    def spinning(self, node, ctx):
+        while ctx.path.endswith(filename):
+            pass
+        return real(self, node, ctx)
+
+    monkeypatch.setattr(LogOfSoftmax, "visit_Call", spinning)
+
+
+def test_a_file_past_its_cpu_budget_is_interrupted_skipped_and_the_run_goes_on(cli, tmp_path, monkeypatch):
+    """The budget is preemptive: a rule stuck in its own loop is interrupted (the cooperative
+    check between nodes never came back to it), and another file's finding is kept."""
+    _spin_on(monkeypatch, "slow.py")
+    write(tmp_path / "slow.py", "import torch\n" + LOG_SOFTMAX)
     write(tmp_path / "quick.py", "import torch\n" + LOG_SOFTMAX)
-    result = lint_source("slow.py", slow + LOG_SOFTMAX, all_rules(), timeout=1e-9)
-    assert result.skipped == "the analysis took longer than 1e-09 s (file-timeout)"
-    out = cli("--file-timeout", "0.000000001", ".")
-    assert "nanlint: warning: slow.py: skipped: the analysis took longer than 1e-09 s (file-timeout)" in out.err
+    result = lint_source("slow.py", "import torch\n" + LOG_SOFTMAX, all_rules(), budget=FileBudget(cpu=0.2))
+    assert result.skipped == "the analysis used more than 0.2 s of CPU time (file-timeout)"
+    out = cli("-j", "1", "--file-timeout", "0.2", ".")
+    assert "nanlint: warning: slow.py: skipped: the analysis used more than 0.2 s of CPU time (file-timeout)" in out.err
+    assert "quick.py:3:12: NAN102" in out.out and out.code == 1
+
+
+def test_a_file_past_its_memory_budget_is_interrupted_and_skipped(cli, tmp_path, monkeypatch):
+    from nanlint.rules.log_domain import LogOfSoftmax
+
+    def hungry(self, node, ctx):
+        held = []
+        while ctx.path.endswith("big.py"):
+            held.append(bytearray(8 * 1024 * 1024))
+
+    monkeypatch.setattr(LogOfSoftmax, "visit_Call", hungry)
+    write(tmp_path / "big.py", "import torch\n" + LOG_SOFTMAX)
+    result = lint_source("big.py", "import torch\n" + LOG_SOFTMAX, all_rules(),
+                         budget=FileBudget(cpu=60, memory=64 * 1024 * 1024))
+    assert result.skipped == "the analysis grew past 64 MB of memory (file-memory)"
+    out = cli("-j", "1", "--file-memory", "64MB", ".")
+    assert "nanlint: warning: big.py: skipped: the analysis grew past 64 MB of memory (file-memory)" in out.err
+
+
+def test_a_chain_of_shared_locals_is_inlined_once_into_a_bounded_probe():
+    """A polynomial solver's shape: each local is built from the one before, read twice. A
+    probe inlined every read of every local (2^40 copies here, a run that never ended under
+    NAN122 on kornia's polynomial solver); now each local is canonicalized once, and past a
+    size budget a local stays a free input of the probe."""
+    from nanlint.context import MAX_INLINED
+
+    lines = ["import torch", "", "", "def solve(x):", "    a0 = x * x"]
+    lines += [f"    a{i} = a{i - 1} * a{i - 1} + a{i - 1}" for i in range(1, 41)]
+    lines += ["    return torch.sqrt(a40 ** 2)"]
+    source = "\n".join(lines) + "\n"
+    result = lint_source("solver.py", source, [get_rule("NAN122")], budget=FileBudget(cpu=60))
+    assert result.skipped is None
+    (d,) = result.diagnostics
+    assert d.code == "NAN122" and d.probe is not None
+    assert len(d.probe.original) <= 2 * MAX_INLINED
+    assert {i.name for i in d.probe.inputs} & {f"a{i}" for i in range(41)}  # cut at the budget
+
+
+def test_a_budget_the_file_stays_within_changes_nothing(tmp_path):
+    source = "import torch\n" + LOG_SOFTMAX
+    within = lint_source("m.py", source, all_rules(), budget=FileBudget(cpu=30, memory=1024 ** 3))
+    unbounded = lint_source("m.py", source, all_rules())
+    assert within.skipped is None and within.diagnostics == unbounded.diagnostics
 
 
 # --- 4. newer syntax --------------------------------------------------------------------------
@@ -314,6 +375,7 @@ def test_empty_selectors_on_the_command_line_exit_2(cli, tmp_path, args, words):
     ('exclude = ["src/[a"]', "invalid glob 'src/[a'"),
     ('max-file-size = "lots"', "`max-file-size`: must be a size"),
     ('file-timeout = -1', "`file-timeout`: must be a number of seconds"),
+    ('file-memory = "plenty"', "`file-memory`: must be a size"),
 ])
 def test_config_that_would_disable_the_gate_exits_2_naming_the_key(cli, tmp_path, table, words):
     if not table.startswith("["):
@@ -396,12 +458,14 @@ def test_a_method_call_with_extra_positionals_is_no_internal_error():
     assert result.errors == []
 
 
-def test_a_notebook_past_its_time_budget_is_skipped_like_a_py_file(cli, tmp_path):
+def test_a_notebook_past_its_time_budget_is_skipped_like_a_py_file(cli, tmp_path, monkeypatch):
     import json
 
-    slow = "import torch\n" + "".join(f"v{i} = torch.exp(w{i}) * {i}\n" for i in range(300))
-    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": slow}
+    _spin_on(monkeypatch, "slow.ipynb")
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": "import torch\n" + LOG_SOFTMAX}
     nb = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
     (tmp_path / "slow.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-    result = cli("--file-timeout", "0.000000001", "slow.ipynb")
-    assert "nanlint: warning: slow.ipynb: skipped: the analysis took longer than 1e-09 s (file-timeout)" in result.err
+    result = cli("-j", "1", "--file-timeout", "0.2", "slow.ipynb")
+    assert "nanlint: warning: slow.ipynb: skipped: the analysis used more than 0.2 s of CPU time (file-timeout)" in result.err
+

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import ConfigError, Settings, load_settings, select_rules
+from ..bounds import FileBudget
 from ..diagnostics import Diagnostic, Edit, Position
 from ..engine import lint_source
 from ..fixes import fix_source
@@ -30,6 +31,7 @@ class Linted:
     precision: Any = None  # a precision.TrainingPrecision, or None
     # The project files the document imports (what its lint knows of them).
     imported: Optional[Dict[str, Any]] = None
+    budget: Optional[FileBudget] = None  # the settings' per-file budget, for the fixes too
 
 
 def settings_for(path: Path) -> Tuple[Settings, Optional[str]]:
@@ -50,8 +52,8 @@ def lint_document(path: Path, text: str) -> Linted:
     rules = tuple(settings.rules_for(path, select_rules(settings)))
     imported = imported_modules(path, text)
     precision = resolve_precision(settings.precision, path, _PROJECT_PRECISIONS, settings)
-    result = lint_source(path.name, text, rules, precision, imported=imported)
-    return Linted(result.diagnostics, error, rules, precision, imported)
+    result = lint_source(path.name, text, rules, precision, settings.file_budget(), imported=imported)
+    return Linted(result.diagnostics, error, rules, precision, imported, settings.file_budget())
 
 
 def imported_modules(path: Path, text: str) -> Dict[str, Any]:
@@ -71,7 +73,7 @@ def imported_modules(path: Path, text: str) -> Dict[str, Any]:
 def fix_all_safe(path: Path, text: str, linted: Linted) -> Optional[str]:
     """The document with every safe fix applied (None when nothing changes)."""
     outcome = fix_source(path.name, text, linted.rules, unsafe=False, precision=linted.precision,
-                         imported=linted.imported)
+                         budget=linted.budget, imported=linted.imported)
     return outcome.source if outcome.source != text else None
 
 
