@@ -1,5 +1,7 @@
 """nanlint: find numerically unsafe PyTorch code and rewrite it into the stable form."""
 
+from typing import Optional
+
 __version__ = "0.1.0"
 
 # Where each rule's page is published (the same text as rules/KIND/CODE.md and `nanlint rule
@@ -7,12 +9,16 @@ __version__ = "0.1.0"
 RULES_URL = "https://github.com/nanlint/nanlint/blob/main/rules/{kind}/{code}.md"
 
 
-def rule_url(code: str) -> str:
-    """The published page of rule `code`."""
+def rule_kind(code: str) -> Optional[str]:
+    """The kind of rule `code` (form, value, misuse, file), or None for a code no rule has."""
     from .rules import get_rule
 
     try:
-        kind = get_rule(code).kind
+        return get_rule(code).kind
     except KeyError:
-        return RULES_URL.format(kind="file", code=code)
-    return RULES_URL.format(kind=kind, code=code)
+        return None
+
+
+def rule_url(code: str) -> str:
+    """The published page of rule `code`."""
+    return RULES_URL.format(kind=rule_kind(code) or "file", code=code)

@@ -105,15 +105,14 @@ def decision(code: str, kind: str) -> "tuple[bool, str]":
         if p >= BAR:
             return True, f"at least {BAR:.2f} over at least {ENOUGH} findings"
         return False, f"{p:.2f}, below {BAR:.2f}"
-    if f.test_correct == f.test_judged and code in WAS_ON and kind != "value":
+    if kind == "value":
+        return False, f"a value rule needs at least {BAR:.2f} over at least {ENOUGH} findings"
+    if f.test_correct == f.test_judged and code in WAS_ON:
         if f.test_judged == 0:
             return True, "it was on before, and nothing on the test halves to judge says otherwise"
         return True, f"fewer than {ENOUGH} findings, every one correct, and it was on before"
     if f.test_judged == 0:
-        return False, "nothing on the test halves to judge" if kind != "value" else \
-            f"a value rule needs at least {BAR:.2f} over at least {ENOUGH} findings"
-    if kind == "value":
-        return False, f"a value rule needs at least {BAR:.2f} over at least {ENOUGH} findings"
+        return False, "nothing on the test halves to judge"
     return False, f"fewer than {ENOUGH} findings, " + (
         "not every one correct" if f.test_correct < f.test_judged else "and it was off before")
 

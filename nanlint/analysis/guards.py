@@ -34,6 +34,20 @@ def _assigned(ctx: FileContext, name: cst.Name) -> Optional[cst.BaseExpression]:
     return None if value is name else value
 
 
+def _followed(ctx: FileContext, expr: cst.BaseExpression, hops: int = 5) -> Optional[cst.BaseExpression]:
+    """`expr` without parentheses, with local names followed to what they were last assigned
+    (at most `hops` of them); None where a name is no local the file binds, or the chain is
+    longer."""
+    for _ in range(hops):
+        expr = strip_parens(expr)
+        if not isinstance(expr, cst.Name):
+            return expr
+        expr = _assigned(ctx, expr)
+        if expr is None:
+            return None
+    return None
+
+
 def zeros_removed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     """`p[p > 0]`, `p[mask]` with `mask = p != 0`, `p[p.nonzero(as_tuple=True)]`,
     `torch.where(...)`, `masked_fill`: the zeros were removed or replaced before the log
@@ -89,24 +103,17 @@ def kept_off_zero_and_one(ctx: FileContext, p: cst.BaseExpression) -> bool:
 def affine_squeezed(ctx: FileContext, p: cst.BaseExpression) -> bool:
     """p (through local names) is `a * q + b` with numbers a > 0, b > 0 and a + b < 1: a
     probability q mapped into [b, a + b], off 0 and 1 (`0.9 * q + 0.05` before a BCE)."""
-    for _ in range(5):
-        p = strip_parens(p)
-        if isinstance(p, cst.Name):
-            p = _assigned(ctx, p)
-            if p is None:
-                return False
-            continue
-        add = ctx.op(p)
-        if add is None or add.name != "add" or len(add.args) != 2 or add.kwargs:
-            return False
-        for scaled, offset in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
-            b = number_value(strip_parens(offset))
-            mul = ctx.op(strip_parens(scaled))
-            if b is None or b <= 0 or mul is None or mul.name != "mul" or len(mul.args) != 2:
-                continue
-            if any((a := number_value(strip_parens(f))) is not None and a > 0 and a + b < 1 for f in mul.args):
-                return True
+    p = _followed(ctx, p)
+    add = None if p is None else ctx.op(p)
+    if add is None or add.name != "add" or len(add.args) != 2 or add.kwargs:
         return False
+    for scaled, offset in ((add.args[0], add.args[1]), (add.args[1], add.args[0])):
+        b = number_value(strip_parens(offset))
+        mul = ctx.op(strip_parens(scaled))
+        if b is None or b <= 0 or mul is None or mul.name != "mul" or len(mul.args) != 2:
+            continue
+        if any((a := number_value(strip_parens(f))) is not None and a > 0 and a + b < 1 for f in mul.args):
+            return True
     return False
 
 

@@ -5,16 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
-from .. import rule_url
+from .. import rule_kind, rule_url
 from ..diagnostics import Diagnostic
-from ..rules import get_rule
-
-
-def _kind(code: str):
-    try:
-        return get_rule(code).kind
-    except KeyError:
-        return None
 
 
 def to_dict(d: Diagnostic) -> Dict[str, Any]:
@@ -22,7 +14,7 @@ def to_dict(d: Diagnostic) -> Dict[str, Any]:
         "code": d.code,
         "name": d.name,
         # What the finding claims (form, value, misuse, file): how it is judged and verified.
-        "kind": _kind(d.code),
+        "kind": rule_kind(d.code),
         "message": d.message,
         "filename": d.path,
         # The cell (1-based, every cell counted) in a notebook, else null; rows are the cell's.

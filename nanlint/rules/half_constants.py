@@ -222,7 +222,7 @@ class VanishingEpsilon(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: measured on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: the test halves of research repositories in no benchmark, batches 1 to 9, each split and fixed before any finding was read), 1 of 4 findings were real hazards, below the 90% bar; every finding on the tune halves (4) was a false alarm too. "
+        "Measured earlier by the same claim, on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: the test halves of research repositories in no benchmark, batches 1 to 9, each split and fixed before any finding was read), 1 of 4 findings were real hazards, below the 90% bar; every finding on the tune halves (4) was a false alarm too. "
         "The real one: a decision transformer that runs under its float16 autocast option, where zero-padded rows give 0 / 0 once `1e-8` rounds to 0. The false alarms: float16 evidence that does not hold where the epsilon runs (another model of the project made `.half()`, a real-time voice path whose tensors are all built float32, a relaxed branch nothing calls), and linear-attention normalizers of positive features. "
         "Turn it on with `--extend-select NAN202`, best with `precision = \"fp16\"` in a project that does train in float16."
     )
@@ -433,7 +433,7 @@ class MaskedFillOverflow(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: measured on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: every file of the real-bugs test-half repositories, the test half of the research repositories in no benchmark, and both halves of batches 4 and 5, 80 repositories that train in float16, batch 5 chosen because they fill scores with large constants; each split and fixed before any finding was read), 1 of 5 findings were real hazards, below the 90% bar. "
+        "Measured earlier by the same claim, on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: every file of the real-bugs test-half repositories, the test half of the research repositories in no benchmark, and both halves of batches 4 and 5, 80 repositories that train in float16, batch 5 chosen because they fill scores with large constants; each split and fixed before any finding was read), 1 of 5 findings were real hazards, below the 90% bar. "
         "The real one was a large negative fill of a float16 einsum output in the file itself (kornia's LoFTR). The false alarms: a branch no configuration reaches, and three fills in vendored code (`bertabs` twice, Transformer-XL's sampled softmax inside a copy of `pytorch_pretrained_bert`) that the project's float16 line does not run in practice; the fill overflows only where the tensor is float16, and the rule reads that from another file of the project. "
         "Since then a project's float16 line counts only where some file imports both it and the module, which removes the two `bertabs` findings but not the vendored Transformer-XL one (its package is imported, that function never called). "
         "Turn it on with `--extend-select NAN203`, best with `precision = \"fp16\"` in a project that does train in float16."
@@ -641,7 +641,7 @@ class FullyMaskedSoftmax(Rule):
     fix_applicability = UNSAFE
     fix_title = "Fill with `torch.finfo(x.dtype).min` instead of -inf"
     untuned_precision = (
-        "Measured earlier by the same claim: on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 0 of 8 findings are real on the tune split and 0 of 1 on the test split. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 0 of 8 findings are real on the tune split and 0 of 1 on the test split. "
         "The false alarms: key-padding masks built from real lengths (every row keeps a key), masks that a caller never passes, a diagonal of self-loops set before the fill, and a masked row zeroed again right after the softmax. Turn it on with `--extend-select NAN204` where a query row can lose every key (a padded query against padded keys)."
     )
     triggers = r"masked_fill"

@@ -106,7 +106,7 @@ class WhereUnsafeBranch(Rule):
     )
 
     untuned_precision = (
-        "Measured earlier by the same claim: on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 3 of 9 findings are real on the test split and 2 of 6 on the tune split (both forms, `torch.where` and the patch `y[r >= 1] = 0`), below the 90% bar. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 3 of 9 findings are real on the test split and 2 of 6 on the tune split (both forms, `torch.where` and the patch `y[r >= 1] = 0`), below the 90% bar. "
         "The real ones: a log of image densities with zero pixels, an eigenvalue angle whose `acos` sits at ±1 when eigenvalues coincide, a correlation loss whose denominator is 0 when a batch predicts one class, and an activation whose documented parameter value 0 divides by 0. The false alarms: a discarded branch that no gradient reaches in normal use (sampling, evaluation metrics, optimizer arithmetic, constructors, data targets), helpers called only from a `no_grad` caller or a custom `autograd.Function` in another file, and NaN gradients that land on slots no loss reads. Turn it on with `--extend-select NAN112` in differentiable code."
     )
 
@@ -388,7 +388,7 @@ class MaskedMeanEmpty(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 3 of 20 on the test split (0 of 6 on the tune split, 0 of 12 before the analysis saw that a validity mask a helper asserts non-empty and a mask of sequence positions built from lengths cannot be empty, and a NaN removed by `nan_to_num` later in the function), below the 90% bar. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 3 of 20 on the test split (0 of 6 on the tune split, 0 of 12 before the analysis saw that a validity mask a helper asserts non-empty and a mask of sequence positions built from lengths cannot be empty, and a NaN removed by `nan_to_num` later in the function), below the 90% bar. "
         "The false alarms: masks built from positive lengths in another function or file, tokenizer attention masks, a helper asserting one valid entry, classes from `torch.unique`, an early return when nothing is selected, masks built in `__init__`, and NaN dropped afterwards by `nanmax` or in another function. Turn it on with `--extend-select NAN113` where such values are not in play."
     )
     fails_in = 'all (empty mask)'

@@ -255,7 +255,7 @@ class SqrtAtZero(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 0 of 9 findings are real on the tune split and 1 of 9 on the test split (an isotropic Hessian that makes a discriminant exactly 0 in a differentiable Newton step), below the 90% bar. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 0 of 9 findings are real on the tune split and 1 of 9 on the test split (an isotropic Hessian that makes a discriminant exactly 0 in a differentiable Newton step), below the 90% bar. "
         "The tune split's false alarms: per-sample gradient norms built in backward hooks from detached tensors, optimizer internals that run without autograd (a `no_grad` caller in another file, a helper that ends in `detach_()`), and a constant geometry. Turn it on with `--extend-select NAN122` in loss code that clamps a squared distance at 0 before its root."
     )
     fails_in = 'all (gradient at 0)'
@@ -401,7 +401,7 @@ class SqrtOfExpandedDistance(Rule):
         "(`.clamp(min=1e-12)`) or use `torch.cdist`"
     )
     untuned_precision = (
-        "Measured earlier by the same claim: on the untuned precision corpus (`benchmarks/precision/`, `run.py --select NAN125`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) it reports nothing on the tune split and 2 findings on the test split, both false alarms: a correlated-variance formula `se1 ** 2 + se2 ** 2 - 2 * rho * se1 * se2` (an elementwise product, not a matrix product) whose correlation is clamped below 1, so the sum cannot round below 0. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`, `run.py --select NAN125`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) it reports nothing on the tune split and 2 findings on the test split, both false alarms: a correlated-variance formula `se1 ** 2 + se2 ** 2 - 2 * rho * se1 * se2` (an elementwise product, not a matrix product) whose correlation is clamped below 1, so the sum cannot round below 0. "
         "Written from one real bug (vector-quantize-pytorch's `cdist`, real-bugs tune half). Turn it on with `--extend-select NAN125` where distances are computed by hand."
     )
     triggers = r"sqrt|\*\*\s*0?\.5|pow\(\s*0?\.5"
@@ -536,7 +536,7 @@ class NormalizeByHand(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 18 on the test split (0 of 8 on the tune split), below the 90% bar. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 18 on the test split (0 of 8 on the tune split), below the 90% bar. "
         "The false alarms: random Gaussian vectors, learned parameters and embeddings, displacements between distinct atoms, quaternions, rows made non-zero by `x[x == 0] = eps`, and inverse-iteration vectors: vectors that are zero only by a coincidence of learned or random values. Turn it on with `--extend-select NAN110` where such values are not in play."
     )
     fails_in = 'all (0/0 at the zero vector)'
@@ -686,7 +686,7 @@ class AcosWithoutClamp(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: measured on code the rule was not tuned on, judged by the project's standard (the test split of the untuned precision corpus, `benchmarks/precision/`, and research repositories judged blind: every file of the 44 real-bugs test-half repositories, and the test half of 122 repositories in no benchmark, split by a hash of the repository name before any finding was read; `benchmarks/precision/README.md`), 1 of 4 findings were real hazards (research repositories: 1 of 4, an unclamped `acos` of a dot product over norms in a line detector; the corpus had none), below the 90% bar. The false alarms: spherical interpolations between two independent Gaussian latents in public functions of a package (the analysis trusts their call sites only for scripts and helpers the file alone calls). Turn it on with `--extend-select NAN111` where the vectors can be equal or nearly parallel."
+        "Measured earlier by the same claim, on code the rule was not tuned on, judged by the project's standard (the test split of the untuned precision corpus, `benchmarks/precision/`, and research repositories judged blind: every file of the 44 real-bugs test-half repositories, and the test half of 122 repositories in no benchmark, split by a hash of the repository name before any finding was read; `benchmarks/precision/README.md`), 1 of 4 findings were real hazards (research repositories: 1 of 4, an unclamped `acos` of a dot product over norms in a line detector; the corpus had none), below the 90% bar. The false alarms: spherical interpolations between two independent Gaussian latents in public functions of a package (the analysis trusts their call sites only for scripts and helpers the file alone calls). Turn it on with `--extend-select NAN111` where the vectors can be equal or nearly parallel."
     )
     fails_in = 'all (gradient at ±1; forward when rounding passes 1)'
     name = "acos-without-clamp"

@@ -124,7 +124,7 @@ class NormalizationWithoutEpsilon(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 5 on the test split (0 of 6 on the tune split), below the 90% bar. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 5 on the test split (0 of 6 on the tune split), below the 90% bar. "
         "The false alarms: the std of random initial weights, of a linspace, of whole waveforms at inference, and a statistic that only feeds a comparison. Turn it on with `--extend-select NAN205` where such values are not in play."
     )
     fails_in = 'all; float16 even with eps = 1e-5'
@@ -550,7 +550,7 @@ class AtanOfRatio(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: measured on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 3 on the test split (0 of 3 on the tune split), below the 90% bar. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 3 on the test split (0 of 3 on the tune split), below the 90% bar. "
         "The false alarms: ratios under `no_grad`, an atan2 written by hand with its own guards, and `(x / const).arctan()`. Turn it on with `--extend-select NAN114` where such values are not in play."
     )
     fails_in = 'all (x = 0, wrong quadrant)'
@@ -689,7 +689,7 @@ class StdOfOneSample(Rule):
     kind = "value"
     default_enabled = False
     untuned_precision = (
-        "Measured earlier by the same claim: on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name) it reports nothing on either split (`run.py --select ALL`), so there is no measured precision to put it on by default. "
+        "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name) it reports nothing on either split (`run.py --select ALL`), so there is no measured precision to put it on by default. "
         "On the tuning half of `benchmarks/realbugs` it finds the one single-sample batch (stable-baselines3's PPO advantage normalization) and none of the three safe look-alikes (the fixed line, whole-rollout normalization in A2C and in another PPO). Turn it on with `--extend-select NAN123` in training code."
     )
     fails_in = "all (one sample)"

@@ -52,8 +52,9 @@ def lint_document(path: Path, text: str) -> Linted:
     rules = tuple(settings.rules_for(path, select_rules(settings)))
     imported = imported_modules(path, text)
     precision = resolve_precision(settings.precision, path, _PROJECT_PRECISIONS, settings)
-    result = lint_source(path.name, text, rules, precision, settings.file_budget(), imported=imported)
-    return Linted(result.diagnostics, error, rules, precision, imported, settings.file_budget())
+    budget = settings.file_budget()
+    result = lint_source(path.name, text, rules, precision, budget, imported=imported)
+    return Linted(result.diagnostics, error, rules, precision, imported, budget)
 
 
 def imported_modules(path: Path, text: str) -> Dict[str, Any]:
