@@ -619,7 +619,7 @@ class FileContext:
         dim and evidence are copied (its name and value are the probe's own)."""
         if self.degraded:
             return None
-        original, fixed = abstract_calls(original, fixed)
+        original, fixed = abstract_calls(original, fixed, ctx=self)
         inputs: List[ProbeInput] = []
         seen: Set[str] = set()
         for expr in (original, fixed):
@@ -701,6 +701,10 @@ class _Canonicalizer(cst.CSTTransformer):
             size = _code_size(inner)
             if self.inlined + size <= MAX_INLINED:
                 self.inlined += size
+                if isinstance(inner, cst.Call):
+                    # `gate_logit = self.proj(x)`: where the call becomes a free input of a
+                    # probe, it keeps the user's name (see `abstract_calls`).
+                    self.ctx.derived("inlined call names", dict).setdefault(node_code(inner), set()).add(original.value)
                 return parenthesize(inner)
             # Past the budget the local stays a free input: a probe is an op to run, not a
             # whole program (a polynomial solver's chain of locals would be inlined for ever).
@@ -776,10 +780,11 @@ _TENSOR_METHODS = set(TENSOR_METHOD) | {
 class _Abstract(cst.CSTTransformer):
     """Replace calls the verifier cannot run (`model(x)`, `self.net(x)`) by free names."""
 
-    def __init__(self, names: Dict[str, str], taken: Set[str]):
+    def __init__(self, names: Dict[str, str], taken: Set[str], local_names: Optional[Dict[str, Set[str]]] = None):
         super().__init__()
         self.names = names
         self.taken = taken
+        self.local_names = local_names or {}
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = updated.func
@@ -807,7 +812,9 @@ class _Abstract(cst.CSTTransformer):
             return updated
         code = node_code(strip_parens(updated))
         if code not in self.names:
-            name = f"{stem}_out"
+            held = self.local_names.get(code, ())
+            local = next(iter(held)) if len(held) == 1 else None  # two locals hold it: neither
+            name = local if local is not None and local not in self.taken else f"{stem}_out"
             i = 2
             while name in self.taken:
                 name, i = f"{stem}_out{i}", i + 1
@@ -816,16 +823,44 @@ class _Abstract(cst.CSTTransformer):
         return cst.Name(self.names[code])
 
 
-def abstract_calls(*exprs: Optional[cst.BaseExpression]) -> List[Optional[cst.BaseExpression]]:
+def abstract_calls(*exprs: Optional[cst.BaseExpression], ctx: Optional["FileContext"] = None,
+                   ) -> List[Optional[cst.BaseExpression]]:
     """The canonical expressions with each call to user code (`model(x)`) replaced by a free
-    input (`model_out`), the same name for the same call in every expression: the verifier
-    runs only torch operations, and nothing is known about such a value anyway."""
+    input, the same name for the same call in every expression: the verifier runs only torch
+    operations, and nothing is known about such a value anyway. The input is named after the
+    local that held the call where `ctx.canonical` inlined one (`logits = model(x)`: `logits`),
+    else after the callee (`model_out`)."""
     taken: Set[str] = set()
     for e in exprs:
         if e is not None:
             taken.update(free_inputs(e))
     names: Dict[str, str] = {}
-    return [e.visit(_Abstract(names, taken)) if e is not None else None for e in exprs]
+    local_names: Dict[str, Set[str]] = {}
+    if ctx is not None:
+        # Only a callee the whole file binds to one local name: which locals were inlined
+        # first depends on the rules' order, the names shown must not.
+        holders = ctx.derived("locals holding a call", lambda: _locals_holding_calls(ctx.module))
+        for code, held in ctx.derived("inlined call names", dict).items():
+            callee = node_code(cst.parse_expression(code).func) if held else None
+            if len(held) == 1 and holders.get(callee) == held:
+                local_names[code] = held
+    return [e.visit(_Abstract(names, taken, local_names)) if e is not None else None for e in exprs]
+
+
+def _locals_holding_calls(module: cst.Module) -> Dict[str, Set[str]]:
+    """Callee code -> the local names the file binds a call of it to (`z = self.proj(x)`)."""
+    out: Dict[str, Set[str]] = {}
+    for node in descendants(module):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0].target, node.value
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        value = strip_parens(value)
+        if isinstance(target, cst.Name) and isinstance(value, cst.Call):
+            out.setdefault(node_code(value.func), set()).add(target.value)
+    return out
 
 
 def descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:

@@ -43,3 +43,29 @@ def test_calls_of_user_code_become_free_inputs_in_a_probe():
     assert abstracted("make(n)(x).softmax(-1)") == "make_out_out.softmax(-1)"
     # Tensor methods of computed values and torch functions stay.
     assert abstracted("(a + b).exp() + torch.log(x[0])") == "(a + b).exp() + torch.log(x[0])"
+
+
+def test_a_probe_input_keeps_the_name_of_the_local_that_held_the_call():
+    """`gate_logit = self.proj(x)`: the verifier's input is `gate_logit`, as in the user's code
+    and the report, not a name made from the callee. A call held by two different locals
+    keeps the callee's name (neither local would be right for both)."""
+    from nanlint.rules import get_rule
+    from nanlint.engine import lint_source
+
+    source = (
+        "import torch\n\n"
+        "def gate(self, x):\n"
+        "    gate_logit = self.proj(x)\n"
+        "    return torch.reciprocal(1 + torch.exp(-gate_logit))\n"
+    )
+    (d,) = lint_source("m.py", source, [get_rule("NAN101")]).diagnostics
+    assert [i.name for i in d.probe.inputs] == ["gate_logit"]
+    assert d.probe.original == "torch.reciprocal(1 + torch.exp(-gate_logit))"
+
+    twice = source + (
+        "\n\ndef other(self, x):\n"
+        "    z = self.proj(x)\n"
+        "    return torch.reciprocal(1 + torch.exp(-z))\n"
+    )
+    found = lint_source("m.py", twice, [get_rule("NAN101")]).diagnostics
+    assert [[i.name for i in d.probe.inputs] for d in found] == [["proj_out"], ["proj_out"]]

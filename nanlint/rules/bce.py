@@ -491,7 +491,7 @@ pattern is left to this rule (NAN201 does not report it again).
                 sign,
             )
         )
-        original, fixed = abstract_calls(original, fixed)
+        original, fixed = abstract_calls(original, fixed, ctx=ctx)
         ctx.report(
             self,
             node,
@@ -506,7 +506,7 @@ pattern is left to this rule (NAN201 does not report it again).
         original = ctx.canonical(node)
         p = ctx.canonical(match.p)
         fixed = clamped_probability(original, p)
-        original, fixed, p, y = abstract_calls(original, fixed, p, ctx.canonical(match.y))
+        original, fixed, p, y = abstract_calls(original, fixed, p, ctx.canonical(match.y), ctx=ctx)
         domains = dict(domains)
         domains.update(_probe_domains(strip_parens(p), strip_parens(y)))
         return ctx.expression_probe(original, fixed, domains)
@@ -870,7 +870,7 @@ the model, the criterion and every other use of them must change together.
         fixed = None
         if logits is not None:
             fixed = cst.parse_expression(f"{_WITH_LOGITS}({', '.join([logits] + rest)})")
-        original, fixed = abstract_calls(original, fixed)
+        original, fixed = abstract_calls(original, fixed, ctx=ctx)
         # The target is data (labels in [0, 1], GANs' all-ones `valid`): swept as 0/1 values and
         # not differentiated, so a witness is about the probabilities, never the labels.
         labels = free_inputs(ctx.canonical(target, inline=False)) if target is not None else []

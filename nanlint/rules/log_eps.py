@@ -301,6 +301,6 @@ those values matter, compute the probability in float32 or stay in log space.
         fixed = cst.parse_expression(
             f"{_LOGS[op.name]}({text}.clamp(min=torch.finfo({text}.dtype).tiny))"
         )
-        original, fixed = abstract_calls(original, fixed)
+        original, fixed = abstract_calls(original, fixed, ctx=ctx)
         domains = analysis.count_ratio_inputs(ctx, arg) if counts else analysis.input_domains(ctx, arg)
         return ctx.expression_probe(original, fixed, domains)
