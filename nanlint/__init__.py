@@ -2,7 +2,6 @@
 
 from typing import Optional
 
-__version__ = "0.1.0"
 
 # Where each rule's page is published (the same text as rules/KIND/CODE.md and `nanlint rule
 # CODE`): the catalog has a folder per rule kind (form, value, misuse, file).
@@ -22,3 +21,13 @@ def rule_kind(code: str) -> Optional[str]:
 def rule_url(code: str) -> str:
     """The published page of rule `code`."""
     return RULES_URL.format(kind=rule_kind(code) or "file", code=code)
+
+
+def __getattr__(name: str) -> str:
+    """`nanlint.__version__`: the version pyproject.toml sets, read from the installed
+    distribution when asked for (not at import: reading metadata costs start-up time)."""
+    if name == "__version__":
+        from .install import version
+
+        return version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import __version__
 from .diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput
 from .files import write_atomic
+from .install import version
 from .project import ImportRef
 
 CACHE_DIR_NAME = ".nanlint_cache"
@@ -41,7 +41,7 @@ def code_fingerprint() -> str:
     code) must not reuse results computed by the old code."""
     global _code_fingerprint
     if _code_fingerprint is None:
-        digest = hashlib.sha256(__version__.encode())
+        digest = hashlib.sha256(version().encode())
         package = Path(__file__).resolve().parent
         for path in sorted(package.rglob("*.py")):
             if "verify" in path.relative_to(package).parts:

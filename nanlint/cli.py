@@ -15,7 +15,6 @@ from typing import List, Optional, Sequence
 
 import click
 
-from . import __version__
 from .config import ConfigError, apply_cli, load_settings, parse_seconds, parse_size
 from .diagnostics import Diagnostic
 from .cache import open_cache
@@ -52,8 +51,20 @@ def _looks_like_command(word: str, commands) -> bool:
     )
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """`nanlint 0.1.0`, with the commit where nanlint was installed from a git URL; the
+    version is read only when asked for (reading package metadata costs start-up time)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from .install import version_line
+
+    click.echo(f"nanlint {version_line()}")
+    ctx.exit()
+
+
 @click.group(cls=_DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="nanlint", message="%(prog)s %(version)s")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 def cli() -> None:
     """Find numerically unsafe PyTorch code (NaN/Inf hazards) and fix it."""
 

@@ -215,8 +215,11 @@ def test_ignore_edit_extends_an_existing_noqa():
 
 
 def test_server_without_pygls_says_how_to_install(tmp_path):
-    # A clean one-line error (exit 2) when pygls is missing, simulated by hiding it.
+    # A clean one-line error (exit 2) when pygls is missing, simulated by hiding it; the
+    # command installs the extra where this nanlint came from (tests/test_install.py).
     import subprocess
+
+    from nanlint.install import install_hint
 
     code = (
         "import sys; sys.modules['pygls'] = None; sys.modules['pygls.lsp'] = None; "
@@ -224,7 +227,8 @@ def test_server_without_pygls_says_how_to_install(tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
-    assert r.stderr.startswith("nanlint: error: the language server needs pygls: pip install 'nanlint[server]'")
+    assert r.stderr.startswith(f"nanlint: error: the language server needs pygls: {install_hint('server')} (")
+    assert "[server]" in install_hint("server")
     assert r.stderr.count("\n") == 1
 
 

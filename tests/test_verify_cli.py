@@ -291,12 +291,17 @@ def test_report_html(project, capsys):
 
 
 def test_report_without_matplotlib(project, capsys, monkeypatch):
+    import html
+
+    from nanlint.install import install_hint
     from nanlint.verify import report_html
 
     monkeypatch.setattr(report_html, "_matplotlib", lambda: None)
     code, _, _ = run(["verify", "model.py", "--report", "report.html"], capsys)
     page = (project / "report.html").read_text()
-    assert "matplotlib is not installed" in page
+    # With the command that adds the `report` extra to this install (not PyPI's nanlint).
+    assert f"matplotlib is not installed ({html.escape(install_hint('report'))})." in page
+    assert "[report]" in install_hint("report")
     assert "data:image/png" not in page
     assert "<th>original forward</th>" in page and "possible" in page
 

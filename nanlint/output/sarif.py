@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from .. import __version__, rule_url
+from .. import rule_url
 from ..diagnostics import Diagnostic
+from ..install import version
 from ..rules import all_rules
 from ..pages import render_page
 
@@ -96,7 +97,7 @@ def render(diagnostics: List[Diagnostic], **_) -> str:
                 "tool": {
                     "driver": {
                         "name": "nanlint",
-                        "version": __version__,
+                        "version": version(),
                         "informationUri": "https://github.com/nanlint/nanlint",
                         "rules": [_rule(r) for r in rules],
                     }

@@ -14,9 +14,10 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
-from .. import __version__, rule_url
+from .. import rule_url
 from ..diagnostics import SAFE, Diagnostic, Edit, Position
 from ..engine import IO_ERROR, SYNTAX_ERROR
+from ..install import version
 from .edits import LINTED_SUFFIXES, Linted, fix_all_safe, ignore_edit, lint_document
 
 SOURCE = "nanlint"
@@ -25,7 +26,7 @@ FIX_ALL_KIND = f"{types.CodeActionKind.SourceFixAll.value}.nanlint"
 
 class NanlintServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("nanlint", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__("nanlint", version(), text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         # uri -> (document version, findings): code actions reuse the last lint.
         self.linted: Dict[str, Tuple[Optional[int], Linted]] = {}
         self.reported_errors: set = set()

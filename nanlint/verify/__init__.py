@@ -12,4 +12,11 @@ Importing this package does not import torch; the modules that need it import it
 and are imported only when `nanlint verify` runs.
 """
 
-INSTALL_HINT = "`nanlint verify` needs PyTorch: pip install 'nanlint[verify]'"
+from ..install import TORCH_INSTALL_URL, InstallHint
+
+# One line: the pip command that adds the `verify` extra where this nanlint was installed
+# from (nanlint is not on PyPI), and where to pick a torch build for a platform or CUDA.
+INSTALL_HINT = InstallHint(
+    "`nanlint verify` needs PyTorch", "verify",
+    f" (for a specific platform or CUDA build, install torch first: {TORCH_INSTALL_URL})",
+)

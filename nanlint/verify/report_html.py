@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import rule_url
+from ..install import install_hint
 from .findings import printable, source_lines
 from .report_text import counts, summary
 from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS
@@ -81,7 +82,7 @@ def render_html(outcome: Outcome) -> str:
         f"<span>{_badge(v)} {c[v]}</span>" for v in VERDICTS) + "</div>")
     if not plots_available:
         parts.append('<div class="card note">Plots are not included: matplotlib is not installed '
-                     "(pip install 'nanlint[report]').</div>")
+                     f"({_e(install_hint('report'))}).</div>")
     if outcome.errors:
         parts.append('<div class="card"><b>Errors</b><pre>' + _e("\n".join(outcome.errors)) + "</pre></div>")
     parts.append('<div class="card"><nav><b>Findings</b><ol>')
