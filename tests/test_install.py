@@ -1,7 +1,8 @@
 """How nanlint is installed and what it tells the user about it: the version comes from
-pyproject.toml alone (`nanlint --version` names the commit of a git install), and a missing
-extra's error prints the pip command that works for this install (nanlint is not on PyPI,
-`pip install 'nanlint[server]'` finds nothing)."""
+pyproject.toml alone (`nanlint --version` names the commit of a git install), the README's
+install lines name no tag that does not exist, and a missing extra's error prints the pip
+command that works for this install (nanlint is not on PyPI, `pip install 'nanlint[server]'`
+finds nothing)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,37 @@ def test_a_source_tree_that_is_not_installed_reads_its_pyproject(monkeypatch):
         assert install.version() == "0+unknown"
     finally:
         install.version.cache_clear()
+
+
+# --- the README's install, pre-commit and CI lines ------------------------------------------
+
+
+def _tags() -> set:
+    done = subprocess.run(["git", "-C", str(ROOT), "tag", "--list"], capture_output=True, text=True)
+    return set(done.stdout.split()) if done.returncode == 0 else set()
+
+
+@pytest.mark.parametrize("name", ["README.md", ".pre-commit-hooks.yaml"])
+def test_install_lines_name_no_tag_that_does_not_exist(name):
+    text = (ROOT / name).read_text(encoding="utf-8")
+    # Every git URL of nanlint and every pre-commit `rev:`: `main`, a commit, a placeholder
+    # for one, or a tag this repository has (none yet: `@v0.1.0` made pre-commit fail).
+    refs = re.findall(r"git\+https://github\.com/nanlint/nanlint@([^'\"\s]+(?: sha>)?)", text)
+    refs += re.findall(r"^[#\s]*rev:\s*(\S+)", text, re.M)
+    assert refs, f"{name} has no git URL with a ref and no rev"
+    tags = _tags()
+    for ref in refs:
+        assert ref in ("main", "<commit sha>") or re.fullmatch(r"[0-9a-f]{40}", ref) or ref in tags, (
+            f"{name} names `{ref}`, which is no branch, commit or tag of this repository"
+        )
+    assert not re.search(r"nanlint@v\d|rev:\s*v\d", text)
+
+
+def test_the_ci_snippet_installs_from_main():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = readme.split("\n## CI\n", 1)[1].split("\n## ", 1)[0]
+    assert "- run: pip install 'nanlint @ git+https://github.com/nanlint/nanlint@main'" in ci
+    assert "@<commit sha>" in ci  # and says how to pin a commit
 
 
 # --- the command that adds an extra ---------------------------------------------------------
@@ -176,7 +208,7 @@ def test_a_git_install_names_its_commit_and_adds_extras_at_it(tmp_path):
     source = tmp_path / "nanlint-src"
     commit = _snapshot_checkout(source, env)
     target = tmp_path / "site"
-    url = f"git+file://localhost{source.as_posix()}"  # pip 23 wants a host in a file URL
+    url = f"git+file://localhost{source.as_posix()}@main"  # pip 23 wants a host in a file URL
     built = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
          "--no-index", "--target", str(target), f"nanlint @ {url}"],
@@ -192,7 +224,7 @@ def test_a_git_install_names_its_commit_and_adds_extras_at_it(tmp_path):
         "nanlint: error: the language server needs pygls: "
         f"pip install 'nanlint[server] @ git+file://localhost{source.as_posix()}@{commit}' ("
     ), done.stderr
-    assert _git(source, env, "rev-parse", "HEAD").strip() == commit
+    assert _git(source, env, "rev-parse", "main").strip() == commit
 
 
 class _FakeDistribution:

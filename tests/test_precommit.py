@@ -1,13 +1,16 @@
 """The pre-commit hooks, end to end: a real git repository, a real `git commit`, and pre-commit
 installing nanlint from a snapshot of this checkout into its own virtualenv (with pip, from the
 package registry). The check hook blocks a commit that adds a hazard; the fixing hook rewrites
-it, and the commit then goes through.
+it, and the commit then goes through. The README's snippet works as written (`rev: main`), and
+`pre-commit autoupdate --freeze` pins it to a commit.
 
-Slow (pre-commit builds the hook's environment once, about a minute)."""
+Slow (pre-commit builds the hook's environment, about a minute; the tests share one
+PRE_COMMIT_HOME, so a hook environment built by one is reused by the other)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,12 +39,14 @@ def class_log_probs(logits):
 """
 
 
-def _env(tmp: Path) -> dict:
+def _env(tmp: Path, home: Path = None) -> dict:
+    """A hermetic environment for git and pre-commit; `home`: pre-commit's cache of hook
+    environments (default: one of its own under `tmp`)."""
     config = tmp / "gitconfig"
     config.write_text("")
     env = dict(os.environ)
     env.update(
-        PRE_COMMIT_HOME=str(tmp / "pre-commit-home"),
+        PRE_COMMIT_HOME=str(home if home is not None else tmp / "pre-commit-home"),
         # A hermetic git: no user or system config (hooksPath, signing, templates).
         GIT_CONFIG_GLOBAL=str(config),
         GIT_CONFIG_NOSYSTEM="1",
@@ -71,7 +76,8 @@ def _git(cwd: Path, env: dict, *args: str) -> str:
 
 def _snapshot_checkout(dest: Path, env: dict) -> str:
     """Copy this checkout's working tree (uncommitted work included, ignored files such as
-    .venv left out) into a fresh repository and commit it: pre-commit wants a `rev`."""
+    .venv left out) into a fresh repository, on a branch named `main` as on GitHub, and
+    commit it: pre-commit wants a `rev`. Returns the commit's SHA."""
     dest.mkdir()
     listed = subprocess.run(
         ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -93,6 +99,7 @@ def _snapshot_checkout(dest: Path, env: dict) -> str:
         shutil.copytree(ROOT, dest, ignore=skip, dirs_exist_ok=True)
     assert (dest / ".pre-commit-hooks.yaml").is_file()
     _git(dest, env, "init", "-q")
+    _git(dest, env, "symbolic-ref", "HEAD", "refs/heads/main")  # whatever init.defaultBranch says
     _git(dest, env, "add", "-A")
     _git(dest, env, "commit", "-q", "--no-verify", "-m", "snapshot of the nanlint checkout")
     return _git(dest, env, "rev-parse", "HEAD").strip()
@@ -103,12 +110,23 @@ def _config(repo: Path, rev: str, hook_ids) -> str:
     return f"repos:\n  - repo: {repo.as_posix()}\n    rev: {rev}\n    hooks:\n{hooks}"
 
 
-def test_check_hook_blocks_and_fix_hook_repairs(tmp_path):
+@pytest.fixture(scope="module")
+def hooks(tmp_path_factory):
+    """(snapshot of this checkout, its commit, a PRE_COMMIT_HOME) shared by this module's
+    tests: pre-commit keys a hook environment by (repo, rev), so one built for a commit of
+    the snapshot serves every test that names that commit."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    env = _env(tmp_path)
-    hooks_repo = tmp_path / "nanlint-src"
-    rev = _snapshot_checkout(hooks_repo, env)
+    base = tmp_path_factory.mktemp("hooks")
+    home = base / "pre-commit-home"
+    repo = base / "nanlint-src"
+    rev = _snapshot_checkout(repo, _env(base, home))
+    return repo, rev, home
+
+
+def test_check_hook_blocks_and_fix_hook_repairs(tmp_path, hooks):
+    hooks_repo, rev, home = hooks
+    env = _env(tmp_path, home)
 
     project = tmp_path / "project"
     project.mkdir()
@@ -144,3 +162,50 @@ def test_check_hook_blocks_and_fix_hook_repairs(tmp_path):
     assert committed.returncode == 0, committed.stdout
     assert "Passed" in committed.stdout, committed.stdout
     assert _git(project, env, "show", "HEAD:model.py") == FIXED
+
+
+def _readme_precommit_snippet() -> str:
+    """The ```yaml block of README.md's `## pre-commit` section, as a user copies it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## pre-commit\n", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"^```yaml\n(.*?)^```$", section, re.S | re.M)
+    assert found is not None, "no yaml block in the README's pre-commit section"
+    return found.group(1)
+
+
+def test_the_readme_snippet_works_verbatim_and_autoupdate_freeze_pins_a_commit(tmp_path, hooks):
+    hooks_repo, rev, home = hooks
+    env = _env(tmp_path, home)
+    snippet = _readme_precommit_snippet()
+    # Only the repository's address changes: this checkout's snapshot stands in for GitHub.
+    assert snippet.count("https://github.com/nanlint/nanlint") == 1, snippet
+    assert re.search(r"^    rev: main$", snippet, re.M), snippet
+
+    project = tmp_path / "project"
+    project.mkdir()
+    _git(project, env, "init", "-q")
+    config = project / ".pre-commit-config.yaml"
+    config.write_text(snippet.replace("https://github.com/nanlint/nanlint", hooks_repo.as_posix()))
+    (project / "model.py").write_text(HAZARD)
+    _git(project, env, "add", "-A")
+
+    ran = _run([sys.executable, "-m", "pre_commit", "run", "--all-files"], project, env)
+    assert ran.returncode == 1, ran.stdout
+    assert "model.py:5:12: NAN102" in ran.stdout, ran.stdout
+    # The warning the README describes for a branch name.
+    assert "appears to be a mutable reference" in ran.stdout, ran.stdout
+    assert "mutable reference" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+    # `autoupdate --freeze` with no tag in the repository: the SHA of the commit main is at.
+    updated = _run([sys.executable, "-m", "pre_commit", "autoupdate", "--freeze"], project, env)
+    assert updated.returncode == 0, updated.stdout
+    pinned = re.findall(r"^    rev: (\S+)$", config.read_text(), re.M)
+    assert pinned == [rev] and re.fullmatch(r"[0-9a-f]{40}", rev), config.read_text()
+    assert config.read_text() == snippet.replace("https://github.com/nanlint/nanlint", hooks_repo.as_posix()).replace(
+        "rev: main", f"rev: {rev}"
+    )
+
+    # The pinned config runs the same hook, without the warning.
+    again = _run([sys.executable, "-m", "pre_commit", "run", "--all-files"], project, env)
+    assert again.returncode == 1, again.stdout
+    assert "model.py:5:12: NAN102" in again.stdout and "mutable reference" not in again.stdout, again.stdout
