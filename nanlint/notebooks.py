@@ -1,7 +1,7 @@
 """Jupyter notebooks: the code cells are linted as one module, in order (facts flow from cell
-to cell as in a script), positions are mapped back to cells, and fixes are written back into
-only the cells that changed, leaving every other byte of the file (layout, metadata, outputs)
-as it was.
+to cell as in a script), positions (and the lines messages cite) are mapped back to cells, and
+fixes are written back into only the cells that changed, leaving every other byte of the file
+(layout, metadata, outputs) as it was.
 
 IPython syntax (`%timeit`, `%%bash` cells, `!pip install`, `?obj`, `obj?`, automagics such as
 `cd data/` and `pip install timm`) is not Python: such lines are replaced by a `pass` that
@@ -49,6 +49,9 @@ _AUTOMAGIC = re.compile(
     r"load_ext|reload_ext|matplotlib|run|time|timeit|who|whos|history|bookmark|alias|store)"
     r"(?:[ \t]+\S.*)?$"
 )
+# A line of the module being linted, as messages cite it: "softmax at line 12", "(line 27)".
+# (A line of another file is cited as `path:12`, never like this.)
+_CITED_LINE = re.compile(r"(?<![\w.:/-])line (\d+)\b")
 
 
 class NotebookError(Exception):
@@ -178,14 +181,35 @@ class Notebook:
             remaining -= 1
         return i
 
-    def to_cells(self, d: Diagnostic) -> Diagnostic:
-        """The diagnostic with cell-relative positions, its cell number and its file region."""
+    def cited(self, text: str) -> str:
+        """`text` with each line of the joined module it cites ("at line 27", "(line 27)")
+        named by its cell and its line there ("at cell 5, line 10"), as positions are. Code
+        quoted between backticks is left as it is."""
+        if "line " not in text:
+            return text
+        parts = text.split("`")
+        for i in range(0, len(parts), 2):  # outside backticks
+            parts[i] = _CITED_LINE.sub(self._cell_line, parts[i])
+        return "`".join(parts)
+
+    def _cell_line(self, match: "re.Match[str]") -> str:
+        row = int(match.group(1))
+        where = self.rows[row] if 0 < row < len(self.rows) else None
+        if where is None:  # no line of a cell (a marker line, past the end): as it was
+            return match.group(0)
+        return f"cell {self.cells[where[0]].number}, line {where[1]}"
+
+    def to_cells(self, d: Diagnostic, module_lines: bool = True) -> Diagnostic:
+        """The diagnostic with cell-relative positions, its cell number and its file region;
+        the lines its message, fix title and probe evidence cite name their cells too
+        (`module_lines=False`: the message already cites lines of its own cell)."""
         index, start = self.cell_position(d.start)
         if index is None:
             return d
         end_index, end = self.cell_position(d.end)
         if end_index != index:
             end = start
+        cited = self.cited if module_lines else (lambda text: text)
         fix = d.fix
         if fix is not None:
             edits = []
@@ -193,13 +217,19 @@ class Notebook:
                 _, s = self.cell_position(e.start)
                 _, t = self.cell_position(e.end)
                 edits.append(Edit(s, t, e.content))
-            fix = Fix(fix.message, tuple(edits), fix.applicability)
+            fix = Fix(cited(fix.message), tuple(edits), fix.applicability)
+        probe = d.probe
+        if probe is not None and any(i.evidence for i in probe.inputs):
+            probe = dataclasses.replace(probe, inputs=tuple(
+                dataclasses.replace(i, evidence=cited(i.evidence)) for i in probe.inputs))
         lines = self.cells[index].source.split("\n")
         return dataclasses.replace(
             d,
             start=start,
             end=end,
+            message=cited(d.message),
             fix=fix,
+            probe=probe,
             cell=self.cells[index].number,
             file_start=self.file_position(index, start),
             file_end=self.file_position(index, end),
@@ -534,7 +564,7 @@ def _broken_cells(display: str, notebook: Notebook) -> List[Diagnostic]:
         module_row = notebook.rows.index((index, min(row, last)))  # an error at the end: its last row
         d = syntax_error(display, notebook.module, module_row, column, message)
         d = dataclasses.replace(d, message=f"SyntaxError: {message} (this cell was not linted)")
-        found.append(notebook.to_cells(d))
+        found.append(notebook.to_cells(d, module_lines=False))  # Python's "on line 3" is the cell's
     return found
 
 

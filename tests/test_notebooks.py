@@ -334,3 +334,131 @@ def test_file_position_of_a_line_start_is_on_that_lines_string():
     for row, text in ((1, "import torch"), (2, "x = 1"), (3, "y = torch.exp(x)")):
         p = nb.file_position(0, Position(row, 1))
         assert lines[p.row - 1][p.column - 1:].startswith(text)
+
+
+# --- lines cited in messages name their cells -----------------------------------------------
+
+# A hand-written training step, with markdown between the cells: the step in cell 4, the clip
+# in cell 6 (NAN401, on by default); a softmax in cell 8, given to `nll_loss` (NAN307, on by
+# default) and to `log` (NAN102, whose message cites no line) in cell 9.
+STEP_CELLS = (
+    ("markdown", "# Fine-tuning\n"),
+    "import torch\nimport torch.nn.functional as F\n\nmodel = torch.nn.Linear(4, 2)\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx, y = torch.randn(8, 4), torch.randn(8, 2)\n",
+    ("markdown", "One step by hand.\n"),
+    "opt.zero_grad()\nloss = F.mse_loss(model(x), y)\nloss.backward()\nopt.step()\n",
+    ("markdown", "Then keep the gradient in check.\n"),
+    "norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\nprint(norm)\n",
+    ("markdown", "Probabilities.\n"),
+    "logits = model(x)\nprobs = torch.softmax(logits, dim=-1)\n",
+    "target = torch.tensor([0, 1, 1, 0, 1, 0, 0, 1])\nnll = F.nll_loss(probs, target)\nlogp = torch.log(probs)\n",
+)
+
+
+def _as_script(cells) -> str:
+    """The code cells as one .py file, in order (what the messages say of a script)."""
+    return "".join(c for c in cells if not isinstance(c, tuple))
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_lines_cited_in_messages_name_their_cells(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nb.ipynb").write_text(notebook(*STEP_CELLS))
+    script = _as_script(STEP_CELLS)
+    (tmp_path / "script.py").write_text(script)
+    _, out, _ = run(capsys, "--output-format", "json", "--no-cache", "nb.ipynb", "script.py")
+    found = {(d["filename"], d["code"]): d for d in json.loads(out)}
+    assert {code for _, code in found} == {"NAN401", "NAN307", "NAN102"}
+
+    # NAN401 cites the step: line 10 of the script, cell 4's line 4 in the notebook.
+    clip = found["nb.ipynb", "NAN401"]
+    assert (clip["cell"], clip["location"]["row"]) == (6, 1)
+    step_row = _line_of(script, "opt.step()")
+    assert step_row == 10
+    assert "clipped after `opt.step()` (cell 4, line 4): " in clip["message"]
+    assert clip["message"] == found["script.py", "NAN401"]["message"].replace(
+        f"(line {step_row})", "(cell 4, line 4)")
+
+    # NAN307 cites the softmax (cell 8, line 2) and the Linear (cell 2, line 4).
+    nll = found["nb.ipynb", "NAN307"]
+    softmax_row, linear_row = _line_of(script, "torch.softmax"), _line_of(script, "torch.nn.Linear")
+    assert (softmax_row, linear_row) == (14, 4)
+    assert "softmax at cell 8, line 2" in nll["message"] and "output at cell 2, line 4" in nll["message"]
+    assert "at line" not in nll["message"]
+    assert nll["message"] == (
+        found["script.py", "NAN307"]["message"]
+        .replace(f"at line {softmax_row}", "at cell 8, line 2")
+        .replace(f"at line {linear_row}", "at cell 2, line 4")
+    )
+    # NAN102's message cites no line: the same text as in the script.
+    assert found["nb.ipynb", "NAN102"]["message"] == found["script.py", "NAN102"]["message"]
+
+
+def test_cited_lines_read_the_same_in_every_format_and_from_the_cache(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[tool.nanlint]\n")  # the cache lives beside it
+    (tmp_path / "nb.ipynb").write_text(notebook(*STEP_CELLS))
+    _, out, _ = run(capsys, "--output-format", "json", "nb.ipynb")
+    findings = json.loads(out)
+    messages = [d["message"] for d in findings]
+    assert sum("(cell 4, line 4)" in m for m in messages) == 1
+
+    _, text, _ = run(capsys, "nb.ipynb")
+    shown = [line for line in text.splitlines() if line.startswith("nb.ipynb:")]
+    assert shown == [
+        f"nb.ipynb:cell {d['cell']}:{d['location']['row']}:{d['location']['column']}: {d['code']} {d['message']}"
+        for d in findings
+    ]
+    _, sarif, _ = run(capsys, "--output-format", "sarif", "nb.ipynb")
+    assert [r["message"]["text"] for r in json.loads(sarif)["runs"][0]["results"]] == [
+        f"cell {d['cell']}:{d['location']['row']}:{d['location']['column']}: {d['message']}" for d in findings
+    ]
+    _, github, _ = run(capsys, "--output-format", "github", "nb.ipynb")
+    for d in findings:
+        assert f"::cell {d['cell']}:{d['location']['row']}:{d['location']['column']}: {d['code']} {d['message']}" in github
+
+    # With the cache on (a script beside the notebook fills it), a cold run, a warm run and
+    # a run without the cache print the same findings (a notebook's are not cached: cell
+    # positions and cited cells are computed on every run).
+    (tmp_path / "script.py").write_text(_as_script(STEP_CELLS))
+    _, cold, _ = run(capsys, "nb.ipynb", "script.py")
+    assert (tmp_path / ".nanlint_cache").is_dir()
+    _, warm, _ = run(capsys, "nb.ipynb", "script.py")
+    _, uncached, _ = run(capsys, "--no-cache", "nb.ipynb", "script.py")
+    assert cold == warm == uncached
+    assert [line for line in warm.splitlines() if line.startswith("nb.ipynb:")] == shown
+
+
+def test_only_lines_of_the_joined_module_are_rewritten():
+    nb = read_notebook(notebook(("markdown", "m\n"), "import torch\n", "a = 1\nb = torch.exp(a)\n"))
+    # Module rows: 1 marker, 2 import, 3 marker, 4 `a = 1`, 5 `b = ...`.
+    assert nb.cited("exp at line 5 (line 2)") == "exp at cell 3, line 2 (cell 2, line 1)"
+    # Quoted code, another file's line (`path:N`), a row that is no cell's line: as they were.
+    kept = "`s = f'line 5'` at line 99, at utils.py:5, at line 3, pipeline 5"
+    assert nb.cited(kept) == kept
+    assert nb.cited("no lines here") == "no lines here"
+
+
+def test_a_broken_cells_own_line_numbers_are_kept(tmp_path, monkeypatch, capsys):
+    # Python reports a cell that does not parse in the cell's own lines ("on line 1").
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nb.ipynb").write_text(notebook("import torch\n\n\n", "x = (1,\n     2]\n"))
+    _, out, _ = run(capsys, "nb.ipynb")
+    assert out.splitlines()[0] == (
+        "nb.ipynb:cell 2:2:7: NAN001 SyntaxError: closing parenthesis ']' does not match opening "
+        "parenthesis '(' on line 1 (this cell was not linted)"
+    )
+
+
+def test_probe_evidence_cites_cells_too(tmp_path, monkeypatch, capsys):
+    # What the verifier's report shows of a probe input: where its value comes from.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nb.ipynb").write_text(notebook(
+        "import torch\n", ("markdown", "m\n"), "def gate(x, k=50):\n    return 1 / (1 + torch.exp(-k * x))\n"))
+    _, out, _ = run(capsys, "--output-format", "json", "--no-cache", "nb.ipynb")
+    (finding,) = json.loads(out)
+    assert finding["code"] == "NAN101"
+    assert [i["evidence"] for i in finding["probe"]["inputs"]] == ["default `k=50` at cell 3, line 1", ""]
