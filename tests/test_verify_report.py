@@ -5,6 +5,7 @@ plot; captions name the axes drawn, flat plots are not drawn, long code lines wr
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -72,8 +73,9 @@ def test_a_fix_less_accurate_than_the_original_is_said_in_words_and_in_the_plot(
     note = [n for n in v.notes if "less accurate than the original" in n]
     assert note, v.notes
     # torch.sigmoid's float16 gradient is 0 from z ~ 8, where the hand-written form tracks float64.
-    m = re.search(r"; float16 for inputs of magnitude ([\d.]+) to ([\d.]+)", note[0])
+    m = re.search(r"; float16 for inputs of magnitude ([\d.]+)( to ([\d.]+))?", note[0])
     assert m and 7.5 <= float(m.group(1)) <= 8.5, note[0]
+    assert not re.search(r"magnitude ([\d.]+) to \1\b", note[0]), note[0]  # never "7.62 to 7.62"
     assert "gradient w.r.t. z" in note[0]
     drawn = plot_drawing(v.sweep)
     assert drawn is not None and drawn[1]["fix_worse"]
@@ -127,3 +129,64 @@ def test_witness_inputs_keep_the_digits_that_rerun_the_failure():
     assert fmt_value([0.5] * 4) == "torch.full((4,), 0.5)"
     # Round numbers and float64 values stay short.
     assert (fmt_value(-1.0), fmt_value(0.1), fmt_value(1 / 3), fmt_value(65504.0)) == ("-1", "0.1", "0.333333", "65504")
+
+
+def test_each_dtype_is_swept_to_its_own_edge():
+    """float32's sigmoid by hand fails past 88.7, float16's past 11.1: one range for both would
+    hide float32's failures (the old plot swept +-22 for every dtype)."""
+    v = verify_expression(SIGMOID, "cpu", want_sweep=True)
+    series = v.sweep["series"]
+    f32, f16 = max(abs(t) for t in series["float32"]["t"]), max(abs(t) for t in series["float16"]["t"])
+    assert 150 < f32 < 200 and 20 < f16 < 25, (f32, f16)
+    grad = series["float32"]["original_grad"]
+    assert any(not math.isfinite(g) for g in grad)  # float32's failures are on its plot
+    assert "float32 from -177" in v.sweep["description"] and "it first fails at |z| = 88.7" in v.sweep["description"]
+
+
+def test_an_output_flushed_to_zero_is_said_by_table_plot_and_summary_alike():
+    """float16 `1 / (1 + exp(-z))` is 0 for z in about -17..-11 where float64 is ~1e-5 (a
+    float16 subnormal, where accuracy is not judged): the table, the plot's shading and a
+    note all say so; none says "ok" alone."""
+    from nanlint.verify.report_html import plot_drawing
+
+    v = verify_expression(SIGMOID, "cpu", want_sweep=True)
+    f16 = next(c for c in v.contexts if c.name == "float16")
+    assert f16.original.zeroed > 0 and 1e-6 < f16.original.zeroed_max < 6.1e-5
+    assert f16.original.cell("forward").startswith(f"0 at {f16.original.zeroed} where float64 is up to ")
+    assert any("output is 0 where float64 is not" in n for n in v.notes), v.notes
+    drawn = plot_drawing(v.sweep)
+    assert drawn is not None and drawn[1]["zeroed"]
+    assert "brown dotted: the original's output is 0 where float64 is not" in _plot(v, True)
+    # float32 has no such points: its cell stays plain.
+    f32 = next(c for c in v.contexts if c.name == "float32")
+    assert f32.original.zeroed == 0 and f32.original.cell("forward").startswith("ok")
+
+
+def test_a_failure_at_a_single_point_is_drawn_and_the_caption_gives_the_real_range():
+    """log(p) of a probability fails at p = 0 only, the edge of its domain: the sweep holds
+    an exact 0, the plot marks it, and the caption says 0 to 1, not the -1 to 1 it asked for."""
+    probe = Probe("expression", "torch.log(p)", "torch.log(p.clamp(min=torch.finfo(p.dtype).tiny))",
+                  (ProbeInput("p", domain=(0.0, 1.0), kind="probability", evidence="softmax at line 3"),
+                   ProbeInput("p.dtype")))
+    v = verify_expression(probe, "cpu", want_sweep=True)
+    assert v.verdict == "confirmed", v.line()
+    assert "float32 from 0 to 1" in v.sweep["description"] and "-1" not in v.sweep["description"]
+    from nanlint.verify.report_html import plot_drawing
+
+    png, shown = plot_drawing(v.sweep)
+    assert ("original", "float32", 0.0) in shown["points"]
+    caption = _plot(v, True)
+    assert "a red line and ×: the original is NaN/Inf at that one point (float32 at p = 0" in caption
+
+
+def test_bits_are_worded_for_a_reader():
+    from nanlint.verify.verdict import SideStats, bits_text
+
+    assert (bits_text(1.0), bits_text(1.04), bits_text(15.5)) == ("1 bit", "1 bit", "15.5 bits")
+    assert "p99 1 bit" in SideStats(bits_p99=1.0).cell("forward")
+    v = verify_expression(SIGMOID, "cpu")
+    assert "1 bits" not in v.reason
+    m = re.search(r"the fix's 99th-percentile error vs float64 in (\S+): ([\d.]+) bits? of \1's (\d+), "
+                  r"about ([\de.+-]+) relative", v.reason)
+    assert m, v.reason
+    assert m.group(1) == "float32" and m.group(3) == "24"

@@ -71,6 +71,7 @@ from .verdict import (
     SideStats,
     Verification,
     Witness,
+    bits_text,
     fmt_number,
     fmt_value,
     not_verifiable,
@@ -666,6 +667,14 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
            & (bits_f <= C.accurate_bits(dt_f)) & torch.isfinite(bits_f))
     acc_rows = per_point(acc)
     o_stats.accuracy_failures = int(acc_rows.sum())
+    # An output flushed to 0 where float64 is a nonzero value of the dtype (a subnormal, say,
+    # where accuracy is not judged) and the fix gives it: the symptom of an overflow before it.
+    ref_in = ref_o.out.to(dt_o)
+    zeroed = ((out_o == 0) & (ref_in != 0) & torch.isfinite(ref_in) & torch.isfinite(out_f) & (out_f != 0)
+              & expand_points(plain, out_o) & ~acc)
+    if bool(zeroed.any()):
+        o_stats.zeroed = int(per_point(zeroed).sum())
+        o_stats.zeroed_max = float(f"{float(ref_o.out[zeroed].abs().max()):.3g}")
     outcome.confirming += int((acc_rows & ~confirming).sum())
     fail = _Fail("forward", None, ACCURACY, acc_rows, out_o, ref_o.out)
     _add(found.confirming, acc_rows, fail, which="original",
@@ -707,11 +716,17 @@ def _fix_worse_note(found: _Found) -> Optional[str]:
     if not found.fix_worse:
         return None
     best = _best([c for cs in found.fix_worse.values() for c in cs])
-    where = "; ".join(f"{name} for inputs of magnitude {fmt_number(float(f'{lo:.3g}'))} to "
-                      f"{fmt_number(float(f'{hi:.3g}'))}" for name, (lo, hi) in found.fix_worse_span.items())
+    where = "; ".join(f"{name} for inputs of magnitude {_span_text(lo, hi)}"
+                      for name, (lo, hi) in found.fix_worse_span.items())
     what = "value" if best.where == "forward" else f"gradient w.r.t. {best.wrt}"
     return (f"the fix is finite but less accurate than the original (its {what} loses most of its "
             f"bits where the original tracks float64) in {where}; e.g. {best.sentence()}")
+
+
+def _span_text(lo: float, hi: float) -> str:
+    """`7.62 to 9.5`, or `7.62` where both ends print the same."""
+    a, b = fmt_number(float(f"{lo:.3g}")), fmt_number(float(f"{hi:.3g}"))
+    return a if a == b else f"{a} to {b}"
 
 
 def _fill_bits(stats: SideStats, bits: torch.Tensor, measured: torch.Tensor) -> None:
@@ -781,9 +796,22 @@ def _ordinariness(magnitude: torch.Tensor) -> torch.Tensor:
     return torch.where(magnitude > 0, score, torch.full_like(score, 1e4))
 
 
-def _bits(b: float) -> str:
-    b = round(b, 1)
-    return f"{fmt_number(b)} bit{'' if b == 1 else 's'}"
+def _accuracy_text(worst: ContextOutcome) -> str:
+    """The fix's p99 error in words a reader can weigh: bits of the context's significand and
+    the relative error they mean (`1 bit of float32's 24, about 1e-07 relative`)."""
+    dtype = C.dtype_from_name(worst.context["dtype"])
+    auto = worst.context.get("autocast")
+    if auto:
+        dtype = C.measure_dtype(dtype, C.dtype_from_name(auto), dtype)
+    width = C.PRECISION[dtype]
+
+    def said(b: float) -> str:
+        relative = 2.0 ** (round(b, 1) - width)
+        return f"{bits_text(b)} of {C.dtype_name(dtype)}'s {width}, about {fmt_number(float(f'{relative:.1g}'))} relative"
+
+    orig = worst.original.bits_p99
+    return (f" (the fix's 99th-percentile error vs float64 in {worst.name}: {said(worst.fix.bits_p99)}"
+            + (f"; the original's: {bits_text(orig)}" if orig is not None else "") + ")")
 
 
 def _best(cands: List[Candidate]) -> Optional[Witness]:
@@ -872,6 +900,13 @@ def _decide_unqualified(p: Prepared, points: PointSet, outcomes: List[ContextOut
     worse = _fix_worse_note(found)
     if worse is not None:
         notes.append(worse)
+    zeroed = [o for o in ran if o.original.zeroed]
+    if zeroed:
+        top = max(zeroed, key=lambda o: o.original.zeroed_max)
+        notes.append(f"the original's output is 0 where float64 is not (as large as "
+                     f"{fmt_number(top.original.zeroed_max)} in {top.name}) at "
+                     + ", ".join(f"{o.original.zeroed} points in {o.name}" for o in zeroed)
+                     + "; the fix gives these small values")
     shared = sum(o.shared for o in outcomes)
     if p.fixed is None:
         raised = _overflow_witness(skipped, device, need_fix=False)
@@ -905,10 +940,7 @@ def _decide_unqualified(p: Prepared, points: PointSet, outcomes: List[ContextOut
     measured = [o for o in ran if o.fix is not None and o.fix.bits_p99 is not None]
     accuracy = ""
     if measured:
-        worst = max(measured, key=lambda o: o.fix.bits_p99)
-        orig = worst.original.bits_p99
-        accuracy = (f" (p99 error vs float64 {_bits(worst.fix.bits_p99)}"
-                    + (f", original {_bits(orig)}" if orig is not None else "") + f", in {worst.name})")
+        accuracy = _accuracy_text(max(measured, key=lambda o: o.fix.bits_p99))
     holds = _fix_holds(ran, found)
     if witness is not None:
         return Verification(CONFIRMED, f"the original fails in {len(failing)} of {ctx_text}; "

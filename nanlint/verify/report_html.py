@@ -21,7 +21,7 @@ from .. import rule_url
 from ..install import install_hint
 from .findings import printable, source_lines
 from .report_text import counts, summary
-from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS
+from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS, fmt_number
 from .verifier import Outcome, Verified
 
 _COLORS = {
@@ -234,6 +234,13 @@ def _plot(v, plots: bool) -> str:
     shading = []
     if shown["original_bad"]:
         shading.append("red: the original is NaN/Inf")
+    points = list(dict.fromkeys(f"{name} at {_e(sweep['param'])} = {fmt_number(x)}"
+                                for label, name, x in shown["points"] if label == "original"))
+    if points:
+        shading.append("a red line and ×: the original is NaN/Inf at that one point (" + ", ".join(points) + ")")
+    if shown["zeroed"]:
+        shading.append("brown dotted: the original's output is 0 where float64 is not (it underflowed; "
+                       "the table counts these points as “0 at”)")
     if shown["fix_bad"]:
         shading.append("blue hatched: the fix is NaN/Inf")
     if shown["fix_worse"]:
@@ -243,6 +250,24 @@ def _plot(v, plots: bool) -> str:
                + (f" Shaded: {'; '.join(shading)}." if shading else ""))
     return (f'<img class="plot" alt="original, fix and float64 reference along a sweep of {_e(sweep["param"])}" '
             f'src="data:image/png;base64,{data}"><div class="note">{caption}</div>')
+
+
+# Half the smallest subnormal of each dtype: a float64 value at least this large rounds to a
+# nonzero number of the dtype.
+_ROUNDS_TO_ZERO_BELOW = {"float32": 0.5 * 2.0 ** -149, "float16": 0.5 * 2.0 ** -24, "bfloat16": 0.5 * 2.0 ** -133}
+
+
+def _zeroed(entry: Dict[str, List[float]], suffix: str, dtype: str) -> List[bool]:
+    """Points where the original's output is 0 while float64 rounds to a nonzero value of the
+    dtype and the fix gives one (the table's "0 at N where float64 is up to ...")."""
+    if suffix != "":
+        return []
+    ref, fix, orig = (entry.get(k) for k in ("reference", "fix", "original"))
+    if not (ref and fix and orig):
+        return []
+    tiny = _ROUNDS_TO_ZERO_BELOW.get(dtype, 0.0)
+    return [o == 0 and math.isfinite(r) and abs(r) >= tiny and math.isfinite(f) and f != 0
+            for r, f, o in zip(ref, fix, orig)]
 
 
 def _fix_worse(entry: Dict[str, List[float]], suffix: str) -> List[bool]:
@@ -286,21 +311,26 @@ def plot_drawing(sweep: Optional[Dict[str, Any]]) -> Optional[Tuple[bytes, Dict[
     Figure, FigureCanvasAgg = mpl
     series = sweep["series"]
     names = [n for n in series if series[n]]
-    t = sweep["t"]
     kinds = [(suffix, title) for suffix, title in (("", "output"), ("_grad", f"gradient w.r.t. {sweep['param']}"))
              if any(_informative(series[n], suffix) for n in names)]
     if not names or not kinds:
         return None
     shown: Dict[str, Any] = {"rows": ["output" if s == "" else "gradient" for s, _ in kinds],
-                             "original_bad": False, "fix_bad": False, "fix_worse": False,
+                             "original_bad": False, "fix_bad": False, "fix_worse": False, "points": [],
+                             "zeroed": False,
                              "output": f"[{sweep.get('output_element', 0)}]" if sweep.get("output_element") else ""}
     fig = Figure(figsize=(4.2 * len(names), 3.2 * len(kinds)), dpi=90)
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(kinds), len(names), squeeze=False)
     for col, name in enumerate(names):
         entry = series[name]
+        t = entry.get("t") or sweep["t"]  # each dtype has its own range (older sweeps: one)
         for row, (suffix, title) in enumerate(kinds):
             ax = axes[row][col]
+            for a, b in _runs(_zeroed(entry, suffix, name)):
+                shown["zeroed"] = True
+                ax.axvspan(min(t[a], t[b]), max(t[a], t[b]), facecolor="none", edgecolor="#9a6700",
+                           hatch="..", alpha=0.6, lw=0)
             for a, b in _runs(_fix_worse(entry, suffix)):
                 shown["fix_worse"] = True
                 ax.axvspan(min(t[a], t[b]), max(t[a], t[b]), facecolor="none", edgecolor="#bc4c00",
@@ -318,17 +348,24 @@ def plot_drawing(sweep: Optional[Dict[str, Any]]) -> Optional[Tuple[bytes, Dict[
                 plotted = True
                 if label in ("original", "fix"):
                     bad = [not math.isfinite(y) for y in ys]
+                    color = "#cf222e" if label == "original" else "#0969da"
                     for a, b in _runs(bad):
                         lo, hi = t[a], t[b]
                         shown["original_bad" if label == "original" else "fix_bad"] = True
-                        if label == "original":
-                            ax.axvspan(min(lo, hi), max(lo, hi), color="#cf222e", alpha=0.15, lw=0)
+                        if a == b:
+                            # One point (log(p) at p = 0): a span of no width would not show.
+                            shown["points"].append((label, name, lo))
+                            ax.axvline(lo, color=color, lw=2.0, alpha=0.7, ls=":" if label == "fix" else "-")
+                            ax.plot([lo], [0], marker="x", color=color, ms=9, mew=2.5,
+                                    transform=ax.get_xaxis_transform(), clip_on=False, zorder=5)
+                        elif label == "original":
+                            ax.axvspan(min(lo, hi), max(lo, hi), color=color, alpha=0.15, lw=0)
                         else:
-                            ax.axvspan(min(lo, hi), max(lo, hi), facecolor="none", edgecolor="#0969da",
+                            ax.axvspan(min(lo, hi), max(lo, hi), facecolor="none", edgecolor=color,
                                        hatch="///", alpha=0.5, lw=0)
             if not plotted:
                 ax.text(0.5, 0.5, "not available", ha="center", va="center", transform=ax.transAxes)
-            if sweep.get("log_x"):
+            if entry.get("log_x", sweep.get("log_x")):
                 ax.set_xscale("symlog", linthresh=1e-3)
             _y_scale(ax, [entry.get(k + suffix) for k in ("reference", "original", "fix")])
             ax.set_xlabel(sweep["param"], fontsize=9)

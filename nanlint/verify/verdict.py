@@ -39,6 +39,12 @@ ACCURACY = "accuracy"  # finite, but at least half the significand bits wrong
 KIND_ORDER = {ROUNDING: 0, SINGULAR: 1, ACCURACY: 2}
 
 
+def bits_text(b: float) -> str:
+    """`1 bit`, `15.5 bits`: an error in bits (log2 of the floats between value and reference)."""
+    b = round(b, 1)
+    return f"{fmt_number(b)} bit{'' if b == 1 else 's'}"
+
+
 def fmt_number(v: Any) -> str:
     if isinstance(v, bool):
         return str(v)
@@ -221,6 +227,11 @@ class SideStats:
     bits_max: Optional[float] = None
     agree_fraction: Optional[float] = None  # fix: share of reliable points within the bound
     reliable_points: int = 0
+    # Points whose output is 0 where float64 rounds to a nonzero value of the dtype (often a
+    # subnormal, where accuracy is not measured) and the fix gives it: an underflow the plot
+    # shows, so the table says it too. Not a failure by itself.
+    zeroed: int = 0
+    zeroed_max: Optional[float] = None  # the largest such float64 value
 
     @property
     def fails(self) -> bool:
@@ -231,18 +242,21 @@ class SideStats:
         if self.error:
             return "error"
         if part == "forward":
-            bits = f", p99 {fmt_number(round(self.bits_p99, 1))} bits" if self.bits_p99 is not None else ""
+            bits = f", p99 {bits_text(self.bits_p99)}" if self.bits_p99 is not None else ""
             n = self.forward_failures
             acc = f", {self.accuracy_failures} inaccurate" if self.accuracy_failures else ""
-            return (f"NaN/Inf at {n}{acc}{bits}" if n else
-                    (f"{self.accuracy_failures} inaccurate{bits}" if self.accuracy_failures else f"ok{bits}"))
+            zero = (f", 0 at {self.zeroed} where float64 is up to {fmt_number(self.zeroed_max)}"
+                    if self.zeroed else "")
+            return (f"NaN/Inf at {n}{acc}{zero}{bits}" if n else
+                    (f"{self.accuracy_failures} inaccurate{zero}{bits}" if self.accuracy_failures
+                     else (f"{zero[2:]}{bits}" if zero else f"ok{bits}")))
         n = self.gradient_failures
         return f"NaN/Inf at {n}" if n else "ok"
 
     def to_json(self) -> Dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "error", "forward_failures", "gradient_failures", "singular", "accuracy_failures",
-            "bits_median", "bits_p99", "bits_max", "agree_fraction", "reliable_points")}
+            "bits_median", "bits_p99", "bits_max", "agree_fraction", "reliable_points", "zeroed", "zeroed_max")}
 
 
 @dataclass
