@@ -155,6 +155,9 @@ class TrainingEvents:
     def __init__(self, ctx: FileContext):
         self.ctx = ctx
         self.optimizers: Dict[str, str] = {}  # chain -> class name
+        # chain -> (qualified class, learning rate where a literal, the construction): what
+        # `verify` runs the training step with, as the code builds it.
+        self.optimizer_builds: Dict[str, Tuple[str, Optional[float], cst.Call]] = {}
         self.scalers: Set[str] = set()
         # Names that are not (working) GradScalers: `GradScaler(enabled=False)`,
         # `StandardScaler()`. Per region (function) for plain names; `self.x` file-wide.
@@ -210,6 +213,13 @@ class TrainingEvents:
                 continue
             if callee is not None and _OPTIMIZER_CLASS.match(callee):
                 self.optimizers[chain] = callee
+                split = split_args(value.args)
+                lr = None
+                if split is not None:
+                    positional, keywords = split
+                    lr = number_value(keywords["lr"]) if "lr" in keywords else (
+                        number_value(positional[1]) if len(positional) > 1 else None)
+                self.optimizer_builds[chain] = (self.ctx.qualname(value.func) or callee, lr, value)
             elif callee is not None and callee.endswith("GradScaler") and not _enabled_false(value):
                 self.scalers.add(chain)
             elif callee is not None and callee.endswith("Scaler"):
@@ -235,6 +245,11 @@ class TrainingEvents:
         if chain in self.scalers:
             return True
         return _looks_like_scaler(chain.split(".")[-1])
+
+    def optimizer_build(self, receiver: Optional[str]) -> Optional[Tuple[str, Optional[float], cst.Call]]:
+        """How the file builds the optimizer `receiver` names (`optimizer`, `self.opt`):
+        (qualified class, literal learning rate or None, the call), or None."""
+        return self.optimizer_builds.get(receiver) if receiver is not None else None
 
     def optimizer_class(self, node: cst.BaseExpression) -> Optional[str]:
         chain = dotted_name(node)

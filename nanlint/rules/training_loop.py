@@ -142,6 +142,16 @@ def _clip_params(clip: Event) -> Tuple[Tuple[str, object], ...]:
     return params
 
 
+def _optimizer_params(ctx: FileContext, step: Event) -> Tuple[Tuple[str, object], ...]:
+    """The optimizer the step belongs to, as the file builds it (`torch.optim.AdamW` and its
+    literal `lr`), for the harness to run the same one."""
+    built = training_events(ctx).optimizer_build(step.receiver)
+    if built is None:
+        return ()
+    qualname, lr, _ = built
+    return (("optimizer", qualname),) + ((("lr", lr),) if lr is not None else ())
+
+
 def _line_indent(ctx: FileContext, row: int, column: int) -> Optional[str]:
     prefix = ctx.line_text(row)[: column - 1]
     return prefix if prefix.strip() == "" else None
@@ -254,7 +264,7 @@ between them. When the step is `scaler.step(optimizer)`, the moved clip then nee
         probe = Probe(
             kind="harness",
             harness="clip-after-step",
-            params=_clip_params(clip),
+            params=_clip_params(clip) + _optimizer_params(ctx, step),
         )
         message = (
             f"Gradient clipped after {_cited(ctx, step, 'optimizer.step()')}: the step already applied the "

@@ -12,6 +12,7 @@ cross-entropy-half, cross-entropy-all-ignored.
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -144,54 +145,97 @@ def _harness_witness(text: str, device: str, dtype: str = "float32", which: str 
 # ----------------------------------------------------------------------------- harnesses
 
 
+# torch.optim classes the clip-after-step harness can build as the code does.
+_STEP_OPTIMIZERS = {"SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
+                    "ASGD", "Rprop"}
+_WARM_STEPS = 5  # ordinary steps before the one with a gradient spike (adaptive state fills)
+
+
+def _optimizer_from_code(params: Mapping[str, Any]) -> Tuple[str, float, Optional[str]]:
+    """(torch.optim class name, lr, why the harness runs something else or None): the
+    optimizer the linted code builds where it is a torch.optim class, else SGD lr=0.1."""
+    qualname = str(params.get("optimizer") or "")
+    name = qualname.rsplit(".", 1)[-1]
+    if not qualname:
+        return "SGD", LR, "the optimizer the code steps is not built where nanlint could read it"
+    if not qualname.startswith("torch.optim.") or name not in _STEP_OPTIMIZERS:
+        return "SGD", LR, f"the code's optimizer, `{qualname}`, is not a torch.optim class the harness builds"
+    lr, given = _number(params, "lr", 0.0)
+    if not given or lr <= 0:
+        default = inspect.signature(getattr(torch.optim, name)).parameters.get("lr")
+        lr = float(default.default) if default is not None and isinstance(default.default, (int, float)) else LR
+    return name, lr, None
+
+
 def clip_after_step(params: Mapping[str, Any], device: str) -> Verification:
     kind = "value" if str(params.get("clip") or "norm") == "value" else "norm"
     limit, given = _number(params, "max_norm", 1.0)
     if kind == "value":
         limit, given = _number(params, "clip_value", limit) if "clip_value" in params else (limit, given)
+    name, lr, generic = _optimizer_from_code(params)
     clip_call = ("torch.nn.utils.clip_grad_value_(model.parameters(), {})" if kind == "value"
                  else "torch.nn.utils.clip_grad_norm_(model.parameters(), {})").format(fmt_number(limit))
+    build = f"optimizer = torch.optim.{name}(model.parameters(), lr={fmt_number(lr)})\n"
     scenario = Scenario(
         "clip-after-step", dict(params),
-        original_code=f"loss.backward()\noptimizer.step()\n{clip_call}",
-        fixed_code=f"loss.backward()\n{clip_call}\noptimizer.step()",
+        original_code=f"{build}...\nloss.backward()\noptimizer.step()\n{clip_call}",
+        fixed_code=f"{build}...\nloss.backward()\n{clip_call}\noptimizer.step()",
     )
     scenario.set(device, torch.float32)
-    x, y = _data(device, 100.0)
+    calm, spike = _data(device, 1.0), _data(device, 100.0)
 
-    def train(clip_first: bool) -> Tuple[float, float]:
+    def train(clip: Optional[str]) -> Tuple[float, float]:
+        """(size of the spike step's update, size of its gradient); `clip` is None, "after"
+        or "before" the step. Every step ends with zero_grad, as a training loop does."""
         model = _model(device)
-        opt = torch.optim.SGD(model.parameters(), lr=LR)
-        loss = F.mse_loss(model(x), y) * 100.0
-        loss.backward()
-        grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        before = _flat(model)
-        if clip_first:
-            _clip(model, kind, limit)
+        opt = getattr(torch.optim, name)(model.parameters(), lr=lr)
+        grad_size, before = 0.0, None
+        for step in range(_WARM_STEPS + 1):
+            x, y = spike if step == _WARM_STEPS else calm
+            loss = F.mse_loss(model(x), y) * (100.0 if step == _WARM_STEPS else 1.0)
+            loss.backward()
+            grad_size = _update_size(torch.cat([p.grad.reshape(-1) for p in model.parameters()]), kind)
+            before = _flat(model)
+            if clip == "before":
+                _clip(model, kind, limit)
             opt.step()
-        else:
-            opt.step()
-            _clip(model, kind, limit)
-        return _update_size(_flat(model) - before, kind), _update_size(grad, kind)
+            if clip == "after":
+                _clip(model, kind, limit)
+            opt.zero_grad()
+        return _update_size(_flat(model) - before, kind), grad_size
 
-    orig_update, grad_size = train(clip_first=False)
-    fix_update, _ = train(clip_first=True)
-    bound = LR * limit
+    unclipped, grad_size = train(None)
+    orig_update, _ = train("after")
+    fix_update, _ = train("before")
     what = "largest update" if kind == "value" else "update norm"
+    setting = "clip_value" if kind == "value" else "max_norm"
     scenario.add("gradient " + ("max |g|" if kind == "value" else "norm"), grad_size, grad_size)
-    scenario.add(what, orig_update, fix_update, f"≤ lr·{'clip_value' if kind == 'value' else 'max_norm'} = {fmt_number(bound)}")
-    original_fails = orig_update > bound * 1.01
-    fix_holds = fix_update <= bound * 1.01
-    note = "" if given else f" (max_norm not a literal in the source: {fmt_number(limit)} used)"
+    scenario.add(f"{what} without any clip", unclipped, unclipped)
+    if name == "SGD":
+        bound = lr * limit
+        expected = f"≤ lr·{setting} = {fmt_number(bound)}"
+        fix_holds = fix_update <= bound * 1.01
+    else:
+        # An adaptive step divides by its own gradient statistics, so a clip need not make
+        # this update smaller; what it must do is act on it.
+        expected = f"≠ {fmt_number(unclipped)}, the update without a clip (the clip acts)"
+        fix_holds = abs(fix_update - unclipped) > 0.01 * unclipped
+    scenario.add(what, orig_update, fix_update, expected)
+    # The claim: the clip after the step changes nothing, while one before it would.
+    no_effect = abs(orig_update - unclipped) <= 1e-6 * max(unclipped, 1e-30)
+    original_fails = no_effect and grad_size > limit * 1.01 and fix_holds
+    run_as = (f"{name} lr={fmt_number(lr)}, as the code builds it" if generic is None
+              else f"a generic harness, SGD lr={fmt_number(lr)}: {generic}")
+    note = "" if given else f"; {setting} not a literal in the source: {fmt_number(limit)} used"
     w = _harness_witness(
-        f"{what} {fmt_number(orig_update)} with the clip after optimizer.step() vs "
-        f"{fmt_number(fix_update)} with the clip before it (SGD lr={fmt_number(LR)}, "
-        f"{'clip_value' if kind == 'value' else 'max_norm'}={fmt_number(limit)}, gradient "
-        f"{'max' if kind == 'value' else 'norm'} {fmt_number(grad_size)}) on {device}{note}", device)
-    fw = _harness_witness(f"{what} {fmt_number(fix_update)} exceeds {fmt_number(bound)} with the clip "
-                          f"before optimizer.step()", device, which="fix")
+        f"{what} {fmt_number(orig_update)} with the clip after optimizer.step(), the same as with no clip "
+        f"at all, vs {fmt_number(fix_update)} with the clip before it ({run_as}; {_WARM_STEPS} ordinary "
+        f"steps, then one whose gradient {'max' if kind == 'value' else 'norm'} is {fmt_number(grad_size)}, "
+        f"{setting}={fmt_number(limit)}{note}) on {device}", device)
+    fw = _harness_witness(f"{what} {fmt_number(fix_update)} with the clip before optimizer.step(), "
+                          f"expected {expected}", device, which="fix")
     return _verdict(original_fails, fix_holds, w, fw, scenario, device,
-                    "the step used the unclipped gradient; clipping first bounds the update",
+                    "the step used the unclipped gradient; clipping first bounds the gradient the step uses",
                     "the gradient was already within the limit")
 
 
@@ -432,22 +476,42 @@ def cross_entropy_half(params: Mapping[str, Any], device: str) -> Verification:
     def finite(*ts) -> bool:
         return all(bool(torch.isfinite(t).all()) for t in ts)
 
-    found = None
-    shared_from = None
-    for m in ladder:
+    def confirms(m: float) -> Optional[bool]:
+        """True where the original fails and the fix holds at magnitude m, False where the
+        original holds, None where both fail or float64 does."""
         logits = (pattern * m).to(device=device, dtype=dtype)
         ref, ref_grad = loss_of(logits.double(), False, False)
         if not finite(ref, ref_grad):
-            continue
-        loss, grad = loss_of(logits, False, in_autocast)
-        if finite(loss, grad):
-            continue
-        fix_loss, fix_grad = loss_of(logits, True, in_autocast)
-        if finite(fix_loss, fix_grad):
+            return None
+        if finite(*loss_of(logits, False, in_autocast)):
+            return False
+        return True if finite(*loss_of(logits, True, in_autocast)) else None
+
+    found = None
+    shared_from = None
+    held = 0.0  # the largest magnitude tried below the failure where the original held
+    for m in ladder:
+        verdict = confirms(m)
+        if verdict is False:
+            held = m
+        elif verdict:
             found = m
             break
-        if shared_from is None:
+        elif shared_from is None and verdict is None and finite(
+                *loss_of((pattern * m).to(device=device, dtype=torch.float64), False, False)):
             shared_from = m
+    smallest = found is not None and held > 0
+    if smallest:
+        # The smallest failing magnitude, to three digits: a witness at 10000 when 4100
+        # already fails reads as an input no model produces.
+        lo, hi = held, found
+        while hi / lo > 1.001:
+            mid = math.sqrt(lo * hi)
+            if confirms(mid):
+                hi = mid
+            else:
+                lo = mid
+        found = float(f"{hi:.3g}") if confirms(float(f"{hi:.3g}")) else hi
     m = found if found is not None else (shared_from or ladder[-1])
     logits = (pattern * m).to(device=device, dtype=dtype)
     loss, grad = loss_of(logits, False, in_autocast)
@@ -461,10 +525,16 @@ def cross_entropy_half(params: Mapping[str, Any], device: str) -> Verification:
     original_fails = found is not None
     fix_holds = fix_ok and rel < 1e-3 if found is not None else True
     setting = f"{C.dtype_name(dtype)} logits" + (f" under autocast({C.dtype_name(dtype)})" if in_autocast else "")
+    why = ""
+    total = _summary(ref) * batch if reduction == "mean" else None
+    if total is not None and abs(_summary(ref)) < fmax < abs(total):
+        why = (f": the mean is representable, but the {batch} targets' summed loss, {fmt_number(total)}, "
+               f"passes {C.dtype_name(dtype)}'s largest value {fmt_number(fmax)}")
     w = _harness_witness(
-        f"loss {fmt_number(_summary(loss))} with {setting} of magnitude {fmt_number(m)} "
-        f"(float64: {fmt_number(_summary(ref))}); with logits.float() it is {fmt_number(_summary(fix_loss))} "
-        f"on {device}", device, dtype=C.dtype_name(dtype))
+        f"loss {fmt_number(_summary(loss))} with {setting} of magnitude {fmt_number(m)}"
+        f"{', the smallest that fails' if smallest else ''} (float64: {fmt_number(_summary(ref))}{why}); "
+        "with logits.float() it is "
+        f"{fmt_number(_summary(fix_loss))} on {device}", device, dtype=C.dtype_name(dtype))
     fw = _harness_witness(f"loss {fmt_number(_summary(fix_loss))} vs float64 {fmt_number(_summary(ref))} "
                           "with logits.float()", device, which="fix")
     not_text = (f"loss and gradient stayed finite for {setting} up to magnitude {fmt_number(ladder[-1])}"
