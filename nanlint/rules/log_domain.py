@@ -17,7 +17,7 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis.dtypes import computed_in_float16
-from ..context import FileContext, free_inputs, node_code, parenthesize, strip_parens
+from ..context import FileContext, abstract_calls, free_inputs, node_code, parenthesize, strip_parens
 from ..diagnostics import Edit
 from ..ops import Op, number_value
 from .base import SAFE, Rule
@@ -82,8 +82,10 @@ def _constant(ctx: FileContext, node: cst.BaseExpression, env: Env) -> bool:
     """True for an expression that reads no variable (`torch.tensor(3.0)`): its value is
     fixed where it is written, so it cannot drift into the failing range. A tensor that
     training moves (`requires_grad=True`, an `nn.Parameter`, given to an optimizer) is not
-    fixed, whatever its initializer."""
-    if free_inputs(ctx.canonical(strip_parens(node), env)):
+    fixed, whatever its initializer. A call of user code (`model(torch.randn(4, 8))`) reads
+    the model's weights: not fixed either."""
+    (canonical,) = abstract_calls(ctx.canonical(strip_parens(node), env))
+    if free_inputs(canonical):
         return False
     return not analysis.value(ctx, node).trainable
 
