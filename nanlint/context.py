@@ -701,10 +701,12 @@ class _Canonicalizer(cst.CSTTransformer):
             size = _code_size(inner)
             if self.inlined + size <= MAX_INLINED:
                 self.inlined += size
-                if isinstance(inner, cst.Call):
+                raw = strip_parens(binding.value)
+                if isinstance(inner, cst.Call) and isinstance(raw, cst.Call):
                     # `gate_logit = self.proj(x)`: where the call becomes a free input of a
                     # probe, it keeps the user's name (see `abstract_calls`).
-                    self.ctx.derived("inlined call names", dict).setdefault(node_code(inner), set()).add(original.value)
+                    self.ctx.derived("inlined call names", dict).setdefault(node_code(inner), set()).add(
+                        (original.value, node_code(raw.func)))
                 return parenthesize(inner)
             # Past the budget the local stays a free input: a probe is an op to run, not a
             # whole program (a polynomial solver's chain of locals would be inlined for ever).
@@ -780,7 +782,7 @@ _TENSOR_METHODS = set(TENSOR_METHOD) | {
 class _Abstract(cst.CSTTransformer):
     """Replace calls the verifier cannot run (`model(x)`, `self.net(x)`) by free names."""
 
-    def __init__(self, names: Dict[str, str], taken: Set[str], local_names: Optional[Dict[str, Set[str]]] = None):
+    def __init__(self, names: Dict[str, str], taken: Set[str], local_names: Optional[Dict[str, str]] = None):
         super().__init__()
         self.names = names
         self.taken = taken
@@ -812,8 +814,8 @@ class _Abstract(cst.CSTTransformer):
             return updated
         code = node_code(strip_parens(updated))
         if code not in self.names:
-            held = self.local_names.get(code, ())
-            local = next(iter(held)) if len(held) == 1 else None  # two locals hold it: neither
+            # Looked up as written before the inner calls were abstracted.
+            local = self.local_names.get(node_code(strip_parens(original)))
             name = local if local is not None and local not in self.taken else f"{stem}_out"
             i = 2
             while name in self.taken:
@@ -835,15 +837,16 @@ def abstract_calls(*exprs: Optional[cst.BaseExpression], ctx: Optional["FileCont
         if e is not None:
             taken.update(free_inputs(e))
     names: Dict[str, str] = {}
-    local_names: Dict[str, Set[str]] = {}
+    local_names: Dict[str, str] = {}
     if ctx is not None:
         # Only a callee the whole file binds to one local name: which locals were inlined
         # first depends on the rules' order, the names shown must not.
         holders = ctx.derived("locals holding a call", lambda: _locals_holding_calls(ctx.module))
         for code, held in ctx.derived("inlined call names", dict).items():
-            callee = node_code(cst.parse_expression(code).func) if held else None
-            if len(held) == 1 and holders.get(callee) == held:
-                local_names[code] = held
+            if len(held) == 1:
+                ((local, callee),) = held
+                if holders.get(callee) == {local}:
+                    local_names[code] = local
     return [e.visit(_Abstract(names, taken, local_names)) if e is not None else None for e in exprs]
 
 

@@ -69,3 +69,20 @@ def test_a_probe_input_keeps_the_name_of_the_local_that_held_the_call():
     )
     found = lint_source("m.py", twice, [get_rule("NAN101")]).diagnostics
     assert [[i.name for i in d.probe.inputs] for d in found] == [["proj_out"], ["proj_out"]]
+
+
+def test_a_call_of_a_local_model_keeps_the_name_of_its_result():
+    """Module level, as in a notebook: `model` is itself a local (inlined to `Gate(16)`), and
+    the log's input is still shown as `logits`."""
+    from nanlint.engine import lint_source
+    from nanlint.rules import get_rule
+
+    source = (
+        "import torch\n"
+        "model = Gate(16)\n"
+        "x = torch.randn(64, 16)\n"
+        "logits = model(x)\n"
+        "log_probs = torch.log(torch.softmax(logits, dim=-1))\n"
+    )
+    (d,) = lint_source("nb.py", source, [get_rule("NAN102")]).diagnostics
+    assert [i.name for i in d.probe.inputs] == ["logits"]
