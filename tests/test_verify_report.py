@@ -157,6 +157,9 @@ def test_an_output_flushed_to_zero_is_said_by_table_plot_and_summary_alike():
     drawn = plot_drawing(v.sweep)
     assert drawn is not None and drawn[1]["zeroed"]
     assert "brown dotted: the original's output is 0 where float64 is not" in _plot(v, True)
+    from nanlint.verify.report_html import _context_table
+
+    assert f'<td class="warn">{f16.original.cell("forward")}</td>' in _context_table(v)
     # float32 has no such points: its cell stays plain.
     f32 = next(c for c in v.contexts if c.name == "float32")
     assert f32.original.zeroed == 0 and f32.original.cell("forward").startswith("ok")

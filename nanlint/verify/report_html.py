@@ -44,6 +44,7 @@ table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
 td.bad{background:#ffebe9;color:#82071e} td.ok{background:#dafbe1;color:#116329} td.na{color:#6e7781}
+td.warn{background:#fff8c5;color:#7d4e00}
 pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;margin:4px 0;font-size:12.5px;white-space:pre-wrap;overflow-wrap:anywhere}
 code{white-space:pre-wrap;overflow-wrap:anywhere}
 .code{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:12px}
@@ -161,7 +162,9 @@ def _code(d, v, roots: List[str]) -> str:
 def _cls(text: str) -> str:
     if text == "error":
         return "na"
-    return "bad" if text.startswith("NaN") or "inaccurate" in text else "ok"
+    if text.startswith("NaN") or "inaccurate" in text:
+        return "bad"
+    return "warn" if "where float64 is up to" in text else "ok"  # flushed to 0: the brown shading
 
 
 def _context_table(v) -> str:
