@@ -193,3 +193,14 @@ def test_bits_are_worded_for_a_reader():
                   r"about ([\de.+-]+) relative", v.reason)
     assert m, v.reason
     assert m.group(1) == "float32" and m.group(3) == "24"
+
+
+def test_a_fix_is_not_called_less_accurate_where_float64_of_the_original_is_wrong_itself():
+    """log(1 + exp(x)) at x = -38 is 0 even in float64 (1 + 3e-17 rounds to 1), where
+    softplus gives 3e-17: the reference and the fix's float64 disagree there, so that point
+    cannot judge the fix (the report once said softplus 'loses most of its bits')."""
+    probe = Probe("expression", "torch.log(1 + torch.exp(x))", "torch.nn.functional.softplus(x)",
+                  (ProbeInput("x", evidence="a learned scale"),))
+    v = verify_expression(probe, "cpu")
+    assert v.verdict == "confirmed", v.line()
+    assert not any("less accurate than the original" in n for n in v.notes), v.notes

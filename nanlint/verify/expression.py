@@ -662,7 +662,7 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
             _add(target, worst_rows, fail, which="fix", bits=worst, **setting)
             found.less_accurate_share = f_stats.agree_fraction
     if p.exact:
-        _fix_less_accurate(p, ctx, index, batch, ro, rf, ref_o, plain, found)
+        _fix_less_accurate(p, ctx, index, batch, ro, rf, ref_o, ref_f if usable_f else None, plain, found)
     acc = (measured_o & (bits_o >= C.accuracy_failure_bits(dt_o))
            & (bits_f <= C.accurate_bits(dt_f)) & torch.isfinite(bits_f))
     acc_rows = per_point(acc)
@@ -683,11 +683,15 @@ def _context(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Optional[R
 
 
 def _fix_less_accurate(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: Run, ref_o: Run,
-                       plain: torch.Tensor, found: _Found) -> None:
+                       ref_f: Optional[Run], plain: torch.Tensor, found: _Found) -> None:
     """Points where the fix's value or gradient is finite but has lost most of its bits while
     the original's is accurate (torch.sigmoid's float16 gradient is 0 from z ~ 8, where
     exp(-z) / (1 + exp(-z))**2 by hand still tracks float64). Not a failure of the fix (no
     NaN/Inf): the report says so in words and in the plot."""
+    # The float64 original must agree with the float64 fix where it judges: past |x| ~ 37,
+    # float64's own 1 + exp(x) is 1, and log(1 + exp(x)) "is" 0 where softplus is right.
+    refs_f = {None: ref_f.out if ref_f is not None else None}
+    refs_f.update({k: ref_f.grads.get(k) for k in ref_o.grads} if ref_f is not None else {})
     pairs = [("forward", None, ro.out, rf.out, ref_o.out)]
     pairs += [("gradient", k, ro.grads[k], rf.grads[k], ref_o.grads[k])
               for k in ro.grads if k in rf.grads and k in ref_o.grads]
@@ -697,7 +701,7 @@ def _fix_less_accurate(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: 
         dt = C.measure_dtype(ctx.dtype, ctx.autocast, a_f.dtype)
         b_o = bits_of_error(a_o, ref, dt)
         b_f = bits_of_error(a_f, ref, dt)
-        worse = (trusted(ref, None, dt) & expand_points(plain, ref) & torch.isfinite(b_f) & torch.isfinite(b_o)
+        worse = (trusted(ref, refs_f.get(wrt), dt) & expand_points(plain, ref) & torch.isfinite(b_f) & torch.isfinite(b_o)
                  & (b_f >= C.accuracy_failure_bits(dt)) & (b_o <= C.accurate_bits(dt)))
         rows = per_point(worse)
         if not bool(rows.any()):
