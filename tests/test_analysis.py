@@ -735,3 +735,89 @@ def test_a_long_guarded_expression_is_named_by_what_it_does_not_by_a_placeholder
     (d,) = lint_source("m.py", source, [get_rule("NAN202")]).diagnostics
     assert "the guard does nothing and the division still sees an exact 0" in d.message
     assert "`the expression`" not in d.message
+
+
+# ------------------------------------------------ flows issue 33 names (containers, scripts)
+
+CONTAINERS = """\
+import torch
+import torch.nn.functional as F
+from torch.autograd import Variable
+
+
+def kept(policy, batches, rewards):
+    picked, safe = [], []
+    for obs, actions in batches:
+        prob = F.softmax(policy(obs), dim=-1)
+        picked.append((rewards, prob.gather(1, actions)))
+        safe.append(prob.gather(1, actions).clamp(min=1e-6))
+    for r, p in picked[::-1]:
+        a = torch.log(p)
+    for s in safe:
+        b = torch.log(s)
+    listed = [F.softmax(policy(o), dim=-1) for o in batches]
+    for p, r in zip(listed, rewards):
+        c = torch.log(p)
+    d = torch.log(torch.stack([q for q in listed]))
+    wrapped = Variable(F.softmax(policy(batches), dim=1))
+    e = torch.log(wrapped)
+    top = F.softmax(policy(batches), dim=1).max(1)[0]
+    f = torch.log(top)
+"""
+
+
+def test_flow_facts_containers_keep_what_their_elements_are():
+    """Shape 1 (a probability kept in a container and read back): `append` of a tuple, a
+    reversed slice, `zip`, a list comprehension, `torch.stack`; shape 3: `Variable(x)` is x.
+    The max of a softmax row is at least 1/n: never 0."""
+    zero = _query_each_call("m.py", CONTAINERS, "torch.log",
+                            lambda ctx, call: analysis.value(ctx, call.args[0].value).zero)
+    assert zero[13] == "a softmax output"  # for r, p in picked[::-1]
+    assert zero[15] is None  # each element was clamped before it was kept
+    assert zero[18] == "a softmax output"  # zip(list comprehension, ...)
+    assert zero[19] == "a softmax output"  # torch.stack of the list
+    assert zero[21] == "a softmax output"  # Variable(softmax)
+    assert zero[23] is None  # the largest probability of a row
+    reasons = _query_each_call("m.py", CONTAINERS, "torch.log",
+                               lambda ctx, call: analysis.zero_reason(ctx, call.args[0].value))
+    assert "kept in `picked` at line 10" in reasons[13][1]
+
+
+METHOD_FILLED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Policy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        self.data = []
+
+    def train_net(self):
+        for r, prob in self.data:
+            loss = -torch.log(prob) * r
+
+    def forward(self, x):
+        return F.softmax(self.fc(x), dim=-1)
+
+    def put_data(self, item):
+        self.data.append(item)
+
+
+def main(states, actions):
+    pi = Policy()
+    for s, a in zip(states, actions):
+        pi.put_data((1.0, pi(s)[a]))
+    pi.train_net()
+"""
+
+
+def test_flow_facts_a_list_one_method_fills_and_another_reads():
+    """Shape 1 across methods: `put_data` appends what its callers pass, `train_net` (defined
+    before it) iterates the list: its loop target is the softmax output the caller passed."""
+    reasons = _query_each_call("m.py", METHOD_FILLED, "torch.log",
+                               lambda ctx, call: analysis.zero_reason(ctx, call.args[0].value))
+    reason, cited = reasons[14]
+    assert reason == "a softmax output" and "kept in `self.data` at line 20" in cited

@@ -220,7 +220,7 @@ def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[st
     if v.excludes_zero or v.zero not in _ZERO_REASONS or sampled_actions.sampled_probability(ctx, expr):
         return None
     if not any(("returned by" in e.reason or "output" in e.reason or "forward" in e.reason
-                or "passed as" in e.reason) for e in v.evidence):
+                or "passed as" in e.reason or "kept in" in e.reason) for e in v.evidence):
         return None
     return v.zero, cite(ctx, v)
 

@@ -37,7 +37,7 @@ import libcst as cst
 from ..context import dotted_name, last_name, strip_parens as _strip
 from ..ops import FINFO_FUNCTIONS, match_op, number_value, split_args
 from . import imports, transfer
-from .values import INF, TOP, UNIFORM_ZERO, Evidence, Value, cited, interval, join, point, unknown, widen
+from .values import INF, TOP, UNIFORM_ZERO, Evidence, Value, bag, cited, interval, is_bag, join, point, unknown, widen
 
 Rel = Tuple[str, str, str]
 
@@ -262,6 +262,8 @@ class FileAnalysis:
         self.autocast_callees: Dict[str, Evidence] = {}
         self.trainable_names: Set[str] = set()
         self._seeded: Set[int] = set()
+        # Class -> attributes a method fills by `append` (`self.data.append((r, prob))`).
+        self._appended: Dict[str, Set[str]] = {}
         self._dependents: Dict[int, Set[str]] = {}
         self._callsites = None
         self._tokens: List[cst.CSTNode] = []
@@ -506,9 +508,21 @@ class FileAnalysis:
                 if branch is not None:
                     env = branch
             elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp, cst.Lambda)):
-                env = env.copy()
-                for name in _bound_inside(node):
-                    env.vars[name] = TOP
+                env = self._comprehension_env(node, env)
+        return env
+
+    def _comprehension_env(self, node: cst.CSTNode, env: Env) -> Env:
+        """The names a comprehension binds, from what it iterates where the analysis knows
+        the elements (`for p, r in zip(probs, rewards)`), else unknown; a lambda's unknown."""
+        env = env.copy()
+        for name in _bound_inside(node):
+            env.vars[name] = TOP
+        comp = getattr(node, "for_in", None)
+        while comp is not None:
+            held = self._member_of(comp.iter, env)
+            if held is not None:
+                self.assign(comp.target, held, env)
+            comp = comp.inner_for_in
         return env
 
     def ensure_all(self) -> None:
@@ -541,7 +555,35 @@ class FileAnalysis:
         init = methods.get("__init__")
         if init is not None:
             self._seed_init(cls, init, table)
+        self._refill(cls, methods)
         return table
+
+    def _refill(self, cls: str, methods: Dict[str, cst.FunctionDef]) -> None:
+        """A list one method fills and another reads (`put_data` appends `(r, prob)` to
+        `self.data`, `train_net` iterates it): the filling methods run again with their
+        parameters from the file's calls, then the reading ones run again on the complete
+        attribute. Appends in `__init__` need nothing: it runs first."""
+        filled = self._appended.get(cls)
+        if not filled:
+            return
+        init = methods.get("__init__")
+        code = {id(fn): self.ctx.module.code_for_node(fn) for fn in methods.values() if fn is not init}
+        spelled = [(attr, re.compile(r"\bself\." + re.escape(attr) + r"\b")) for attr in sorted(filled)]
+        fillers = [fn for fn in methods.values() if fn is not init and any(
+            re.search(r"\bself\." + re.escape(a) + r"\.(?:append|extend|insert)\(", code[id(fn)]) for a, _ in spelled)]
+        if not fillers:
+            return
+        for fn in fillers:
+            self.ensure_seeded(fn)
+        for fn in methods.values():
+            if fn is init or fn in fillers or id(fn) in self._running:
+                continue
+            if any(word.search(code[id(fn)]) for _, word in spelled):
+                self._running.add(id(fn))
+                try:
+                    self._run_function(fn, cls)
+                finally:
+                    self._running.discard(id(fn))
 
     def _seed_init(self, cls: str, init: cst.FunctionDef, table: Dict[str, Value]) -> None:
         """`self.k = k` where the file builds `Head(k=...)` (or, for probes, the default
@@ -710,14 +752,39 @@ class FileAnalysis:
 
     def _member_of(self, it: cst.BaseExpression, env: Env) -> Optional[Value]:
         """What `for m in self.layers:` (or `.values()`) binds: the join of the modules a
-        ModuleList / ModuleDict holds, where the analysis knows them."""
+        ModuleList / ModuleDict holds, or of what a list was filled with (`for r, p in
+        buf[::-1]`, `reversed(buf)`, `zip(rewards, probs)`, `enumerate(probs)`), where the
+        analysis knows them."""
+        it = strip_parens(it)
         if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value == "values" \
                 and not it.args:
             it = strip_parens(it.func.value)
+        if isinstance(it, cst.Subscript) and all(isinstance(e.slice, cst.Slice) for e in it.slice):
+            it = strip_parens(it.value)  # `buf[::-1]`, `buf[1:]`: the same elements
+        if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.args \
+                and all(a.keyword is None and a.star == "" for a in it.args):
+            inner = [self._member_of(a.value, env) for a in it.args]
+            if it.func.value == "reversed" and len(inner) == 1:
+                return inner[0]
+            if it.func.value == "zip" and any(v is not None for v in inner):
+                return Value(members=tuple((str(i), v or TOP) for i, v in enumerate(inner)))
+            if it.func.value == "enumerate" and inner[0] is not None:
+                return Value(members=(("0", Value(lo=0.0, integer=True, nograd=Evidence(0, "an index"))),
+                                      ("1", inner[0])))
+            return None
         if not isinstance(it, (cst.Name, cst.Attribute)):
             return None
         held = self.eval(it, env)
         return _join_members(held.members)
+
+    def _element_of(self, it: cst.BaseExpression, env: Env) -> Value:
+        """An element of an iterable argument (`extend(xs)`): a display's join, else unknown."""
+        it = strip_parens(it)
+        if isinstance(it, (cst.List, cst.Tuple)):
+            return _join_members(self.eval(it, env).members) or TOP
+        if isinstance(it, (cst.ListComp, cst.GeneratorExp)):
+            return self._element(it, env, 8)
+        return self._member_of(it, env) or TOP
 
     def _unique_source(self, it: cst.BaseExpression) -> Optional[str]:
         if not isinstance(it, cst.Call):
@@ -837,8 +904,29 @@ class FileAnalysis:
             new = replace(current, trainable=True, nograd=None)
         elif method == "detach_":
             new = replace(current, trainable=False, nograd=Evidence(self.token(expr), f"`{key}.detach_()`"))
+        elif method in ("append", "insert", "extend") and current.members is not None and (
+                current.members == () or is_bag(current.members) or not current.instance_of):
+            # `buf.append((r, prob))`: the list holds `(r, prob)` at some index, so `for r, p in
+            # buf` and `torch.stack(buf)` read it back. `extend` adds each element of its argument.
+            env = env.copy()
+            added = positional[-1] if positional else None
+            element = (self._element_of(added, env) if method == "extend" else self.eval(added, env)) \
+                if added is not None else None
+            if element is not None and not unknown(element):
+                element = _kept_in(element, line, key)
+            cls = self._current_class(env)
+            filled_attr = key.startswith("self.") and key.count(".") == 1 and cls is not None
+            if filled_attr:
+                self._appended.setdefault(cls, set()).add(key[5:])
+                if element is not None and unknown(element):
+                    # A method's parameter before its callers are known: `_refill` reruns the
+                    # method with the callers' values, which is what the list then holds.
+                    return env
+            members = bag(*(v for _, v in current.members), element) if element is not None else None
+            self.assign(target, replace(current, members=members), env)
+            return env
         elif method in _MEMBER_UPDATES and current.members is not None:
-            # `self.layers.append(m)`: what the container holds is no longer known.
+            # `self.layers.update(m)`, `pop`, `clear`: what the container holds is no longer known.
             env = env.copy()
             self.assign(target, replace(current, members=None), env)
             return env
@@ -1243,6 +1331,12 @@ class FileAnalysis:
                         ) or (isinstance(cmp.operator, cst.GreaterThanEqual) and bound.lo > 0):
                             out = replace(out, nonzero=True, zero=None, lo=max(out.lo, 0.0))
             return out
+        if isinstance(node, cst.ListComp):
+            # `[softmax(f(o)).gather(1, a) for o, a in batch]`: a list of such elements.
+            element = self._element(node, env, depth)
+            if unknown(element):
+                return TOP
+            return Value(members=bag(_kept_in(element, self.token(node), "a list")))
         if isinstance(node, (cst.Tuple, cst.List)):
             # Every element is evaluated (calls inside count: autocast callees, half models).
             elements = [self.eval(el.value, env, depth - 1) for el in node.elements]
@@ -1554,6 +1648,9 @@ class FileAnalysis:
             return self._requires_grad(inner, keywords, line)
         if full == "torch.as_tensor" and positional:
             return self._requires_grad(self.eval(positional[0], env, depth - 1), keywords, line)
+        if full in ("torch.autograd.Variable", "torch.autograd.variable.Variable") and positional:
+            # Pre-0.4 code wraps tensors in `Variable(x)`: the same values (and gradient).
+            return self._requires_grad(self.eval(positional[0], env, depth - 1), keywords, line)
         if short in transfer.CREATION:
             lo, hi, zero = transfer.CREATION[short]
             v = Value(lo=lo, hi=hi, zero=zero, nonzero=lo > 0, nograd=made)
@@ -1592,11 +1689,8 @@ class FileAnalysis:
         return TOP
 
     def _element(self, comp, env: Env, depth: int) -> Value:
-        """What a comprehension's element holds, the names it binds unknown."""
-        inner = env.copy()
-        for name in _bound_inside(comp):
-            inner.vars[name] = TOP
-        return self.eval(comp.elt, inner, depth - 1)
+        """What a comprehension's element holds (see `_comprehension_env`)."""
+        return self.eval(comp.elt, self._comprehension_env(comp, env), depth - 1)
 
     def _joined_pieces(self, pieces: cst.BaseExpression, env: Env, depth: int) -> Value:
         """`torch.cat([a, b])`, `torch.stack([f(o) for o in obs])`: every element of the
@@ -1611,7 +1705,10 @@ class FileAnalysis:
         elif isinstance(pieces, (cst.ListComp, cst.GeneratorExp)):
             values = [self._element(pieces, env, depth)]
         else:
-            return TOP
+            held = self._member_of(pieces, env)  # `torch.stack(probs)` of a filled list
+            if held is None or held.members is not None:
+                return TOP
+            values = [held]
         joined = transfer.joined(values)
         return replace(joined, simplex_dim=None, module_out=None, instance_of=None, members=None)
 
@@ -1645,6 +1742,14 @@ class FileAnalysis:
         if isinstance(flag, cst.Name) and flag.value == "True":
             return trained(v).with_evidence(line, "`requires_grad=True`: moved by training")
         return v
+
+
+def _kept_in(v: Value, line: int, key: str) -> Value:
+    """`v` (and each member of a tuple `v`) with the evidence that it went through a list."""
+    why = f"kept in `{key}`" if key != "a list" else "kept in a list"
+    if v.members is not None:
+        return replace(v, members=tuple((k, m if unknown(m) else m.with_evidence(line, why)) for k, m in v.members))
+    return v.with_evidence(line, why)
 
 
 def _join_members(members) -> Optional[Value]:

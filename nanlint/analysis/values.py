@@ -215,10 +215,32 @@ def cited(value: Value, line: int, reason: str) -> Value:
 
 def _joined_members(a: Value, b: Value):
     """Element by element where both sides hold the same positions or keys (two `return p, q`
-    paths), else unknown."""
-    if a.members is None or b.members is None or [k for k, _ in a.members] != [k for k, _ in b.members]:
+    paths); two bags (a list filled by `append`, empty or not) hold the join of both; else
+    unknown."""
+    if a.members is None or b.members is None:
+        return None
+    if is_bag(a.members) and is_bag(b.members) and (a.members or b.members):
+        return bag(*(v for _, v in a.members + b.members))
+    if [k for k, _ in a.members] != [k for k, _ in b.members]:
         return None
     return tuple((k, join(x, y) or TOP) for (k, x), (_, y) in zip(a.members, b.members))
+
+
+# A container whose elements are known only together (a list filled by `append`, a
+# ModuleList of one block built n times) holds one member under this key: any index.
+ANY_INDEX = "*"
+
+
+def is_bag(members) -> bool:
+    return members is not None and all(k == ANY_INDEX for k, _ in members)
+
+
+def bag(*elements: Value):
+    """Members of a container holding each of `elements` at some index."""
+    out: Optional[Value] = None
+    for v in elements:
+        out = join(out, v) if out is not None else v
+    return ((ANY_INDEX, out),) if out is not None else ()
 
 
 def _joined_module(a: Value, b: Value) -> Optional[Value]:
@@ -243,11 +265,13 @@ def widen(old: Value, new: Value) -> Value:
     lo = joined.lo if joined.lo >= old.lo else -INF
     hi = joined.hi if joined.hi <= old.hi else INF
     members = joined.members
-    if members is not None and old.members is not None and new.members is not None:
+    if members is not None and old.members is not None and new.members is not None \
+            and len(old.members) == len(new.members) == len(members):
         # A tuple carried around a loop (`state = (h, c)`): each element widens.
         members = tuple((k, widen(o, n)) for (k, o), (_, n) in zip(old.members, new.members))
     return replace(joined, lo=lo, hi=hi, nonzero=joined.nonzero and (lo > 0 or hi < 0 or old.nonzero),
                    members=members)
 
 
-__all__ = ["Evidence", "Value", "TOP", "INF", "point", "interval", "join", "widen", "unknown"]
+__all__ = ["Evidence", "Value", "TOP", "INF", "ANY_INDEX", "bag", "is_bag", "point", "interval", "join", "widen",
+           "unknown"]

@@ -898,7 +898,9 @@ Safe: `logsumexp(x, d) = log(sum(exp(x), d))` in real arithmetic; only rounding 
 sum's `dim`/`keepdim` arguments are kept as written; `x.exp().sum(-1).log()` ->
 `x.logsumexp(-1)`. A sum over all elements (no `dim`) becomes `torch.logsumexp(x.flatten(), 0)`
 (`logsumexp` requires a dim; flattening gives the same 0-d result). Reported without a fix: a
-sum with `dtype=` or `dim=None`, and an `exp` or a sum kept in a local variable. Not reported:
+sum with `dtype=` or `dim=None`, an `exp` or a sum kept in a local variable, and a logsumexp
+over several tensors (`log(exp(-a).sum() + exp(-b).sum())`, the probe's fix being
+`torch.logsumexp(torch.cat([(-a).flatten(), (-b).flatten()]), 0)`). Not reported:
 the stabilized form `m + log(exp(x - m).sum(d))` with `m` a `max`/`amax` of x (its `exp` cannot
 overflow), and `log(exp(x).sum(d) + eps)`."""
     references = (
@@ -912,7 +914,10 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
         if log is None:
             return
         total = _find(ctx, log.args[0], ("sum",))
-        if total is None or not total.op.args:
+        if total is None:
+            self._several_tensors(node, log, ctx)
+            return
+        if not total.op.args:
             return
         exp = _find(ctx, total.op.args[0], ("exp",), total.env, total.via_local)
         if exp is None or not _unary(exp.op):
@@ -956,6 +961,45 @@ overflow), and `log(exp(x).sum(d) + eps)`."""
             self, node, _with_bound(ctx, message, self.message, argument), edits=edits,
             probe=ctx.expression_probe(ctx.canonical(node), fixed)
         )
+
+    def _several_tensors(self, node: cst.Call, log: Op, ctx: FileContext) -> None:
+        """`log(exp(-a).sum() + exp(-b).sum())`, also through a local (`Z = ...` then
+        `log(Z)`): a logsumexp over the elements of several tensors. Each term must be a
+        whole sum of an `exp` the code does not keep finite; reported with the exact rewrite
+        `torch.logsumexp(torch.cat([(-a).flatten(), (-b).flatten()]), 0)` as the probe's fix
+        (no edit: the terms may be spread over statements)."""
+        top = _find(ctx, log.args[0], ("add",))
+        if top is None or len(top.op.args) != 2 or top.op.kwargs:
+            return
+        terms: List[cst.BaseExpression] = []
+        pending = [(a, top.env, top.via_local) for a in top.op.args]
+        while pending and len(terms) <= 8:
+            term, env, via = pending.pop(0)
+            inner = _find(ctx, term, ("add",), env, via)
+            if inner is not None and len(inner.op.args) == 2 and not inner.op.kwargs:
+                pending = [(a, inner.env, inner.via_local) for a in inner.op.args] + pending
+                continue
+            total = _find(ctx, term, ("sum",), env, via)
+            if total is None or not total.op.args or _reduction_dims(total.op) != (None, None):
+                return  # not a whole sum (a constant, a sum along a dim): not one logsumexp
+            exp = _find(ctx, total.op.args[0], ("exp",), total.env, total.via_local)
+            if exp is None or not _unary(exp.op):
+                return
+            argument = exp.op.args[0]
+            if _constant(ctx, argument, exp.env) or analysis.exponent_bounded(ctx, argument, exp.env):
+                return
+            terms.append(ctx.canonical(argument, exp.env))
+        if len(terms) < 2 or pending:
+            return
+        pieces = ", ".join(f"{node_code(parenthesize(strip_parens(t)))}.flatten()" for t in terms)
+        fixed = cst.parse_expression(f"torch.logsumexp(torch.cat([{pieces}]), 0)")
+        message = (
+            "`log(exp(a).sum() + exp(b).sum())` is logsumexp written by hand over several tensors: "
+            "`exp` overflows to inf once an entry exceeds 88.7 in float32 (11.09 in float16), and "
+            "the sum underflows to 0 (log = -inf) once every entry is below -103; use "
+            "`torch.logsumexp(torch.cat([a.flatten(), b.flatten()]), 0)`"
+        )
+        ctx.report(self, node, message, probe=ctx.expression_probe(ctx.canonical(node), fixed))
 
     def _edits(self, node, ctx, exp: Op, whole: bool, args: List[str]) -> Tuple[Edit, ...]:
         argument = exp.args[0]
