@@ -15,6 +15,7 @@ from __future__ import annotations
 import tokenize
 import bisect
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
@@ -703,10 +704,12 @@ class _Canonicalizer(cst.CSTTransformer):
                 self.inlined += size
                 raw = strip_parens(binding.value)
                 if isinstance(inner, cst.Call) and isinstance(raw, cst.Call):
-                    # `gate_logit = self.proj(x)`: where the call becomes a free input of a
-                    # probe, it keeps the user's name (see `abstract_calls`).
-                    self.ctx.derived("inlined call names", dict).setdefault(node_code(inner), set()).add(
-                        (original.value, node_code(raw.func)))
+                    callee = dotted_name(raw.func)
+                    if callee is not None:
+                        # `gate_logit = self.proj(x)`: where the call becomes a free input of
+                        # a probe, it keeps the user's name (see `abstract_calls`). Kept by
+                        # identity (no code generated here, on every read of every local).
+                        self.ctx.derived("inlined call names", dict)[id(inner)] = (inner, original.value, callee)
                 return parenthesize(inner)
             # Past the budget the local stays a free input: a probe is an op to run, not a
             # whole program (a polynomial solver's chain of locals would be inlined for ever).
@@ -782,11 +785,11 @@ _TENSOR_METHODS = set(TENSOR_METHOD) | {
 class _Abstract(cst.CSTTransformer):
     """Replace calls the verifier cannot run (`model(x)`, `self.net(x)`) by free names."""
 
-    def __init__(self, names: Dict[str, str], taken: Set[str], local_names: Optional[Dict[str, str]] = None):
+    def __init__(self, names: Dict[str, str], taken: Set[str], local_names: Optional["_LocalNames"] = None):
         super().__init__()
         self.names = names
         self.taken = taken
-        self.local_names = local_names or {}
+        self.local_names = local_names
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         func = updated.func
@@ -815,7 +818,7 @@ class _Abstract(cst.CSTTransformer):
         code = node_code(strip_parens(updated))
         if code not in self.names:
             # Looked up as written before the inner calls were abstracted.
-            local = self.local_names.get(node_code(strip_parens(original)))
+            local = self.local_names.get(strip_parens(original)) if self.local_names is not None else None
             name = local if local is not None and local not in self.taken else f"{stem}_out"
             i = 2
             while name in self.taken:
@@ -837,21 +840,46 @@ def abstract_calls(*exprs: Optional[cst.BaseExpression], ctx: Optional["FileCont
         if e is not None:
             taken.update(free_inputs(e))
     names: Dict[str, str] = {}
-    local_names: Dict[str, str] = {}
-    if ctx is not None:
-        # Only a callee the whole file binds to one local name: which locals were inlined
-        # first depends on the rules' order, the names shown must not.
-        holders = ctx.derived("locals holding a call", lambda: _locals_holding_calls(ctx.module))
-        for code, held in ctx.derived("inlined call names", dict).items():
-            if len(held) == 1:
-                ((local, callee),) = held
-                if holders.get(callee) == {local}:
-                    local_names[code] = local
+    local_names = _LocalNames(ctx) if ctx is not None else None
     return [e.visit(_Abstract(names, taken, local_names)) if e is not None else None for e in exprs]
 
 
+class _LocalNames:
+    """The local that held a call `ctx.canonical` inlined: by identity (the node the inliner
+    placed), else by code (a rule that rebuilt the expression from text). Only where the whole
+    file binds that callee to one local name: which locals were inlined first depends on the
+    rules' order, and the names shown must not."""
+
+    def __init__(self, ctx: "FileContext"):
+        self.ctx = ctx
+        self.records = ctx.derived("inlined call names", dict)
+        self._by_code: Optional[Dict[str, str]] = None
+
+    def _usable(self, local: str, callee: str) -> bool:
+        holders = self.ctx.derived("locals holding a call", lambda: _locals_holding_calls(self.ctx.module))
+        return holders.get(callee) == {local}
+
+    def get(self, call: cst.BaseExpression) -> Optional[str]:
+        found = self.records.get(id(call))
+        if found is not None and found[0] is call:
+            return found[1] if self._usable(found[1], found[2]) else None
+        if not self.records:
+            return None
+        if self._by_code is None:
+            self._by_code = {}
+            seen: Dict[str, Set[Tuple[str, str]]] = {}
+            for node, local, callee in self.records.values():
+                seen.setdefault(node_code(node), set()).add((local, callee))
+            for code, held in seen.items():
+                if len(held) == 1:
+                    ((local, callee),) = held
+                    if self._usable(local, callee):
+                        self._by_code[code] = local
+        return self._by_code.get(node_code(call))
+
+
 def _locals_holding_calls(module: cst.Module) -> Dict[str, Set[str]]:
-    """Callee code -> the local names the file binds a call of it to (`z = self.proj(x)`)."""
+    """Callee (dotted) -> the local names the file binds a call of it to (`z = self.proj(x)`)."""
     out: Dict[str, Set[str]] = {}
     for node in descendants(module):
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
@@ -862,21 +890,49 @@ def _locals_holding_calls(module: cst.Module) -> Dict[str, Set[str]]:
             continue
         value = strip_parens(value)
         if isinstance(target, cst.Name) and isinstance(value, cst.Call):
-            out.setdefault(node_code(value.func), set()).add(target.value)
+            callee = dotted_name(value.func)
+            if callee is not None:
+                out.setdefault(callee, set()).add(target.value)
     return out
 
 
+# Fields that hold layout (whitespace, commas, parentheses) or operators: never code to search.
+_LAYOUT = re.compile(r"whitespace|^lpar$|^rpar$|comma|leading_lines|lines_after|header|footer|semicolon|"
+                     r"^colon$|^equal$|^star$|^dot$|operator|asynchronous|newline|^lbracket$|^rbracket$|"
+                     r"^lbrace$|^rbrace$")
+_CODE_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def code_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
+    """The child nodes that can hold code, in field order. Much cheaper than `node.children`,
+    which LibCST computes by visiting (and rebuilding) the node, layout included."""
+    kind = type(node)
+    names = _CODE_FIELDS.get(kind)
+    if names is None:
+        names = _CODE_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(node) if not _LAYOUT.search(f.name))
+    for name in names:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for child in value:
+                if isinstance(child, cst.CSTNode):
+                    yield child
+
+
 def descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
-    """`node` and every node inside it (depth first)."""
+    """`node` and every code node inside it (depth first; layout such as whitespace and
+    commas left out). For a search; `_subtree`-style walks that need source order use
+    `children`."""
     stack = [node]
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(n.children))
+        stack.extend(reversed(tuple(code_children(n))))
 
 
 def contains(root: cst.CSTNode, target: cst.CSTNode) -> bool:
-    """`target` is `root` or a node inside it (by identity)."""
+    """`target` is `root` or a code node inside it (by identity)."""
     return any(n is target for n in descendants(root))
 
 
@@ -893,6 +949,7 @@ def iter_calls(node: cst.CSTNode) -> Iterable[cst.Call]:
 __all__ = [
     "FileContext",
     "descendants",
+    "code_children",
     "Imports",
     "Binding",
     "node_code",

@@ -230,6 +230,8 @@ def clamped_to_zero(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]
     `clamp_min(0)`) and may sit on that bound: a value computed to be >= 0 in real arithmetic
     (a squared distance by expansion, `1 - cos ** 2`) rounds to 0 or below, and the clamp
     passes the gradient through at the bound itself. None where the flow excludes 0."""
+    if not ctx.imported and "clamp" not in ctx.source and "clip" not in ctx.source:
+        return None  # no clamp written here nor imported: no need to run the file's flow
     v = value(ctx, expr)
     if v.excludes_zero or v.zero != "clamp(min=0)":
         return None
@@ -270,7 +272,7 @@ def upper_guard(ctx: FileContext, expr: cst.BaseExpression) -> Optional[UpperGua
     if op.name == "add" and len(op.args) == 2 and not op.kwargs:
         for shift, scaled in ((op.args[0], op.args[1]), (op.args[1], op.args[0])):
             inner = ctx.op(scaled)  # the syntax first: most additions are no soft clip
-            if inner is None or inner.name != "mul" or len(inner.args) != 2:
+            if inner is None or inner.name != "mul" or len(inner.args) != 2 or not _may_be_small_constant(ctx, shift):
                 continue
             v = value(ctx, shift)
             if v.lo != v.hi or v.lo <= 0:
@@ -280,6 +282,24 @@ def upper_guard(ctx: FileContext, expr: cst.BaseExpression) -> Optional[UpperGua
                 if v.lo == v.hi and 0.5 < v.lo < 1.0:
                     return UpperGuard(p, factor, False)
     return None
+
+
+def _may_be_small_constant(ctx: FileContext, node: cst.BaseExpression) -> bool:
+    """Whether `node` can be a soft clip's epsilon, judged from its spelling alone (asking the
+    flow would run the whole file's analysis for every `a + b * c`): a number, a name bound
+    to one, or a name that says eps."""
+    node = strip_parens(node)
+    if number_value(node) is not None:
+        return True
+    if isinstance(node, cst.BinaryOperation):  # `smoothing / n_classes`
+        return _may_be_small_constant(ctx, node.left) and _may_be_small_constant(ctx, node.right)
+    chain = dotted_name(node)
+    if chain is None:
+        return False
+    if any(word in chain.lower() for word in ("eps", "smooth")):
+        return True
+    bound, _ = ctx.resolve(node, None)
+    return number_value(strip_parens(bound)) is not None
 
 
 def rounds_to_one(ctx: FileContext, expr: cst.BaseExpression,

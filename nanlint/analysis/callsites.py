@@ -53,7 +53,6 @@ all (inputs the code produces), and a parameter the file never passes takes its 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -61,7 +60,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 import libcst as cst
 
-from ..context import strip_parens
+from ..context import code_children as _children, strip_parens
 from ..ops import number_value, split_args
 from .values import TOP, Evidence, Value, join
 
@@ -82,33 +81,6 @@ _HARMLESS = "|".join(_SAME_INSTANCE + ("parameters", "named_parameters", "buffer
 class Site(NamedTuple):
     call: cst.Call
     stack: Tuple[cst.CSTNode, ...]  # the call's ancestors, the module first
-
-
-# Fields that hold layout (whitespace, commas, parentheses) or operators: never a call.
-_LAYOUT = re.compile(r"whitespace|^lpar$|^rpar$|comma|leading_lines|lines_after|header|footer|semicolon|"
-                     r"^colon$|^equal$|^star$|^dot$|operator|asynchronous|newline|^lbracket$|^rbracket$|"
-                     r"^lbrace$|^rbrace$")
-_FIELDS: Dict[type, Tuple[str, ...]] = {}
-
-
-def _fields(node: cst.CSTNode) -> Tuple[str, ...]:
-    kind = type(node)
-    found = _FIELDS.get(kind)
-    if found is None:
-        found = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(node) if not _LAYOUT.search(f.name))
-    return found
-
-
-def _children(node: cst.CSTNode):
-    """The child nodes that can hold code, in order."""
-    for name in _fields(node):
-        value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for child in value:
-                if isinstance(child, cst.CSTNode):
-                    yield child
 
 
 class _Index:

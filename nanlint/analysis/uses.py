@@ -19,7 +19,7 @@ from typing import Dict, Iterable, List, Optional
 
 import libcst as cst
 
-from ..context import FileContext
+from ..context import FileContext, code_children
 
 # Calls whose result carries no gradient back into their first operand.
 _INDEX_PICKING = {"argmax", "argmin", "argsort", "searchsorted", "bucketize", "nonzero",
@@ -39,7 +39,7 @@ def _parents(ctx: FileContext, scope: cst.CSTNode) -> Dict[int, cst.CSTNode]:
         stack: List[cst.CSTNode] = [scope]
         while stack:
             node = stack.pop()
-            for child in node.children:
+            for child in code_children(node):
                 table[id(child)] = node
                 stack.append(child)
         return table

@@ -262,18 +262,22 @@ variable, the finding comes without a fix.
         """The same hazard spelled as a patch: `phi = torch.acos(r); phi[r >= 1] = 0` fixes
         the values where `r` left the domain, but autograd still differentiates `acos` there
         (0 * inf = NaN), as for the discarded branch of a `where`. Reported at the op, once."""
-        if len(node.targets) != 1 or repairs.non_finite_on_purpose(node.value):
+        if len(node.targets) != 1:
             return
         target = strip_parens(node.targets[0].target)
         if not isinstance(target, cst.Subscript) or not isinstance(strip_parens(target.value), cst.Name) \
                 or len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+            return
+        if repairs.non_finite_on_purpose(node.value):  # after the cheap tests: it generates code
             return
         cond = target.slice[0].slice.value
         if not conditions.names_read(ctx, cond):
             return
         patched = strip_parens(target.value)
         computed = ctx.value_of(patched, 1)
-        if computed is patched or analysis.no_gradient(ctx, patched):
+        if computed is patched or not any(_unsafe_operand(ctx, sub) for sub in descendants(computed)):
+            return  # nothing with a singular derivative: no need to ask the flow about gradients
+        if analysis.no_gradient(ctx, patched):
             return
         for sub in analysis.differentiated_nodes(ctx, computed):
             found = _unsafe_operand(ctx, sub)
