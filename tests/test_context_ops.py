@@ -45,44 +45,29 @@ def test_calls_of_user_code_become_free_inputs_in_a_probe():
     assert abstracted("(a + b).exp() + torch.log(x[0])") == "(a + b).exp() + torch.log(x[0])"
 
 
+def _input_names(source: str, code: str):
+    """The probe inputs' names of each finding of rule `code` on `source`."""
+    from nanlint.engine import lint_source
+    from nanlint.rules import get_rule
+
+    return [[i.name for i in d.probe.inputs] for d in lint_source("m.py", source, [get_rule(code)]).diagnostics]
+
+
+GATE = "import torch\n\ndef gate(self, x):\n    gate_logit = self.proj(x)\n    return torch.reciprocal(1 + torch.exp(-gate_logit))\n"
+
+
 def test_a_probe_input_keeps_the_name_of_the_local_that_held_the_call():
     """`gate_logit = self.proj(x)`: the verifier's input is `gate_logit`, as in the user's code
     and the report, not a name made from the callee. A call held by two different locals
     keeps the callee's name (neither local would be right for both)."""
-    from nanlint.rules import get_rule
-    from nanlint.engine import lint_source
-
-    source = (
-        "import torch\n\n"
-        "def gate(self, x):\n"
-        "    gate_logit = self.proj(x)\n"
-        "    return torch.reciprocal(1 + torch.exp(-gate_logit))\n"
-    )
-    (d,) = lint_source("m.py", source, [get_rule("NAN101")]).diagnostics
-    assert [i.name for i in d.probe.inputs] == ["gate_logit"]
-    assert d.probe.original == "torch.reciprocal(1 + torch.exp(-gate_logit))"
-
-    twice = source + (
-        "\n\ndef other(self, x):\n"
-        "    z = self.proj(x)\n"
-        "    return torch.reciprocal(1 + torch.exp(-z))\n"
-    )
-    found = lint_source("m.py", twice, [get_rule("NAN101")]).diagnostics
-    assert [[i.name for i in d.probe.inputs] for d in found] == [["proj_out"], ["proj_out"]]
+    assert _input_names(GATE, "NAN101") == [["gate_logit"]]
+    other = "\n\ndef other(self, x):\n    z = self.proj(x)\n    return torch.reciprocal(1 + torch.exp(-z))\n"
+    assert _input_names(GATE + other, "NAN101") == [["proj_out"], ["proj_out"]]
 
 
 def test_a_call_of_a_local_model_keeps_the_name_of_its_result():
     """Module level, as in a notebook: `model` is itself a local (inlined to `Gate(16)`), and
     the log's input is still shown as `logits`."""
-    from nanlint.engine import lint_source
-    from nanlint.rules import get_rule
-
-    source = (
-        "import torch\n"
-        "model = Gate(16)\n"
-        "x = torch.randn(64, 16)\n"
-        "logits = model(x)\n"
-        "log_probs = torch.log(torch.softmax(logits, dim=-1))\n"
-    )
-    (d,) = lint_source("nb.py", source, [get_rule("NAN102")]).diagnostics
-    assert [i.name for i in d.probe.inputs] == ["logits"]
+    notebook = ("import torch\nmodel = Gate(16)\nx = torch.randn(64, 16)\nlogits = model(x)\n"
+                "log_probs = torch.log(torch.softmax(logits, dim=-1))\n")
+    assert _input_names(notebook, "NAN102") == [["logits"]]
