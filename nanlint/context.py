@@ -704,8 +704,8 @@ class _Canonicalizer(cst.CSTTransformer):
                 self.inlined += size
                 raw = strip_parens(binding.value)
                 if isinstance(inner, cst.Call) and isinstance(raw, cst.Call):
-                    callee = dotted_name(raw.func)
-                    if callee is not None:
+                    callee = dotted_name(raw.func) or node_code(raw.func)  # `zeros(n).index_add_`
+                    if callee:
                         # `gate_logit = self.proj(x)`: where the call becomes a free input of
                         # a probe, it keeps the user's name (see `abstract_calls`). Kept by
                         # identity (no code generated here, on every read of every local).
@@ -802,7 +802,9 @@ class _Abstract(cst.CSTTransformer):
             # `self.blocks[0].forward(x)`: user code.
             opaque = (
                 (chain is None or chain.split(".")[0] not in ("torch", "math"))
-                and func.attr.value not in _TENSOR_METHODS
+                and (func.attr.value not in _TENSOR_METHODS
+                     # `self.norm(h)`: a submodule, whatever its name (see ops.match_op).
+                     or (isinstance(func.value, cst.Name) and func.value.value == "self"))
             )
             stem = func.attr.value
         else:
@@ -890,9 +892,7 @@ def _locals_holding_calls(module: cst.Module) -> Dict[str, Set[str]]:
             continue
         value = strip_parens(value)
         if isinstance(target, cst.Name) and isinstance(value, cst.Call):
-            callee = dotted_name(value.func)
-            if callee is not None:
-                out.setdefault(callee, set()).add(target.value)
+            out.setdefault(dotted_name(value.func) or node_code(value.func), set()).add(target.value)
     return out
 
 

@@ -236,8 +236,9 @@ def match_op(node: cst.CSTNode, qualname_of) -> Optional[Op]:
         method = _METHOD_OPS.get(func.attr.value)
         if method is None or len(positional) not in method[1]:
             return None
-        # `np.exp`, `math.log`, a module's function: not a tensor method.
-        if qualname_of(func.value) is not None:
+        # `np.exp`, `math.log`, a module's function: not a tensor method. Nor `self.var(x)`
+        # or `self.norm(h)`: a submodule held in an attribute, called (a module is no tensor).
+        if qualname_of(func.value) is not None or (isinstance(func.value, cst.Name) and func.value.value == "self"):
             return None
         return Op(method[0], [func.value] + positional, keywords, node, "method", func)
     return None

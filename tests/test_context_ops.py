@@ -71,3 +71,16 @@ def test_a_call_of_a_local_model_keeps_the_name_of_its_result():
     notebook = ("import torch\nmodel = Gate(16)\nx = torch.randn(64, 16)\nlogits = model(x)\n"
                 "log_probs = torch.log(torch.softmax(logits, dim=-1))\n")
     assert _input_names(notebook, "NAN102") == [["logits"]]
+
+
+def test_a_submodule_called_through_self_is_not_a_tensor_method():
+    """`self.var(x)` (an nn.Linear named var), `self.norm(h)`, `self.softmax(h)`: calls of
+    attributes of a module, not `Tensor.var` / `.norm` / `.softmax` of a tensor `self`."""
+    from nanlint.ops import match_op
+
+    def op(code):
+        found = match_op(cst.parse_expression(code), lambda node: None)
+        return found.name if found is not None else None
+
+    assert [op(c) for c in ("self.var(x)", "self.norm(h)", "self.softmax(h)")] == [None, None, None]
+    assert [op(c) for c in ("x.var()", "h.norm()", "h.softmax(1)")] == ["var", "norm", "softmax"]

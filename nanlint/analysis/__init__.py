@@ -225,6 +225,25 @@ def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[st
     return v.zero, cite(ctx, v)
 
 
+def softmax_module_call(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, str]]:
+    """(input, dim) where `expr` calls an `nn.Softmax(dim=d)` module on one input
+    (`self.softmax(h)` with `self.softmax = nn.Softmax(dim=1)`), or None."""
+    call = strip_parens(expr)
+    if not isinstance(call, cst.Call) or ctx.op(call) is not None or len(call.args) != 1 \
+            or call.args[0].keyword is not None or call.args[0].star:
+        return None
+    # The callee itself must be the Softmax module, not a model whose forward ends in one.
+    held = value(ctx, call.func)
+    out = held.module_out
+    if held.instance_of or out is None or out.prob != "softmax" \
+            or not any(e.reason == "`Softmax` module" for e in out.evidence):
+        return None
+    dim = value(ctx, call).simplex_dim
+    if dim is None or not dim.lstrip("-").isdigit():
+        return None
+    return call.args[0].value, dim
+
+
 def clamped_to_zero(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     """Evidence that `expr` was clamped at exactly 0 (`clamp(min=0)`, `clamp(0, 1)`,
     `clamp_min(0)`) and may sit on that bound: a value computed to be >= 0 in real arithmetic

@@ -301,7 +301,10 @@ are guarded (and not exactly `log_softmax`)."""
         if log is None:
             return
         found = _find(ctx, log.args[0], ("softmax",))
-        if found is None or not found.op.args:
+        if found is None:
+            self._softmax_module(node, log, ctx)
+            return
+        if not found.op.args:
             return
         softmax = found.op
         if _constant(ctx, softmax.args[0], found.env):
@@ -320,6 +323,23 @@ are guarded (and not exactly `log_softmax`)."""
             self, node, edits=edits,
             probe=ctx.expression_probe(ctx.canonical(node, keep=trained), fixed),
         )
+
+
+    def _softmax_module(self, node: cst.Call, log: Op, ctx: FileContext) -> None:
+        """`torch.log(self.softmax(h))` with `self.softmax = nn.Softmax(dim=1)`: the same
+        hazard through a module; the fix is `torch.log_softmax(h, dim=1)`."""
+        found = analysis.softmax_module_call(ctx, log.args[0])
+        if found is None:
+            return
+        inner, dim = found
+        if _constant(ctx, inner, None):
+            return
+        spelled, imports = ctx.spell("torch.log_softmax")
+        edits = (_edit(ctx, node, f"{spelled}({_src(ctx, inner)}, dim={dim})"),) + imports
+        h = node_code(parenthesize(strip_parens(ctx.canonical(inner))))
+        original = cst.parse_expression(f"torch.log(torch.softmax({h}, dim={dim}))")
+        fixed = cst.parse_expression(f"torch.log_softmax({h}, dim={dim})")
+        ctx.report(self, node, edits=edits, probe=ctx.expression_probe(*abstract_calls(original, fixed, ctx=ctx)))
 
 
 # ---------------------------------------------------------------------- NAN103

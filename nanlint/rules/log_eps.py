@@ -27,7 +27,7 @@ def log_domain_case(ctx: FileContext, arg: cst.BaseExpression) -> bool:
     value, env = ctx.resolve(strip_parens(arg), None)
     op = ctx.op(strip_parens(value))
     if op is None:
-        return False
+        return analysis.softmax_module_call(ctx, arg) is not None  # `self.softmax(h)`: NAN102
     if op.name == "softmax" or (op.name == "sigmoid" and len(op.args) == 1):
         return True
     if op.name == "sub" and len(op.args) == 2 and not op.kwargs:
