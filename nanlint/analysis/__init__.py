@@ -225,6 +225,20 @@ def zero_reason(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[st
     return v.zero, cite(ctx, v)
 
 
+# Layers whose output nothing keeps positive (issue 33: a variance taken straight from one).
+_UNCONSTRAINED = re.compile(r"^`(Linear|LazyLinear|Bilinear|Conv[123]d|ConvTranspose[123]d|LazyConv[123]d)` output$")
+
+
+def unconstrained_output(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
+    """Evidence that `expr` is a linear layer's or a convolution's raw output, negative for
+    many inputs (`self.var(h)` with `self.var = nn.Linear(d, 1)`), or None: where nothing
+    after the layer bounds it below 0 (a clamp, `exp`, `softplus`, a square would)."""
+    v = value(ctx, expr)
+    if v.lo >= 0 or not any(_UNCONSTRAINED.match(e.reason) for e in v.evidence):
+        return None
+    return cite(ctx, v)
+
+
 def softmax_module_call(ctx: FileContext, expr: cst.BaseExpression) -> Optional[Tuple[cst.BaseExpression, str]]:
     """(input, dim) where `expr` calls an `nn.Softmax(dim=d)` module on one input
     (`self.softmax(h)` with `self.softmax = nn.Softmax(dim=1)`), or None."""

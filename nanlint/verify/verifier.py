@@ -47,13 +47,17 @@ def rule_kind(d: Diagnostic) -> Optional[str]:
 def fix_is_exact(d: Diagnostic) -> bool:
     """Whether the finding's fix is exact in real arithmetic: the rule's fix is safe (a
     fix that changes values, such as a clamp, is judged only where the original was
-    accurate). Unknown rules: the applicability in the finding, else exact."""
+    accurate). A rule that offers no fix and still gives its probe one (NAN127's clamp)
+    gives a counterfactual, not the same function: not exact. Unknown rules: the
+    applicability in the finding, else exact."""
     try:
         from ..rules import get_rule
 
         rule = get_rule(d.code)
         if rule.fix_applicability is not None:
             return rule.fix_applicability == SAFE
+        if d.fix is None and d.probe is not None and d.probe.fixed is not None:
+            return False
     except KeyError:
         pass
     if d.fix is not None:
