@@ -466,9 +466,9 @@ class ProjectIndex:
         return found
 
     def reexports(self, path: Path) -> Dict[str, Path]:
-        """For each name `path` takes from a package that only re-exports it (from its
-        `__init__.py`: where re-exports live), the file that defines it, keyed `module as
-        spelled:name`."""
+        """For each name `path` takes from a project module that only re-exports it (a
+        package's `__init__.py`, or any module that imports it from another: two hops), the
+        file that defines it, keyed `module as spelled:name`."""
         return self._as_paths(self._reexports_of, self._key(path), self._reexports_in)
 
     def _reexports_in(self, key: str) -> Dict[str, str]:
@@ -481,7 +481,7 @@ class ProjectIndex:
             if not ref.names:
                 continue
             module_file, subs = self._resolve(key, ref)
-            if module_file is None or os.path.basename(module_file) != "__init__.py":
+            if module_file is None:
                 continue
             spelled = "." * ref.level + ref.module
             for name in ref.names:

@@ -346,3 +346,39 @@ def test_a_probability_returned_in_a_tuple_from_another_file(tmp_path, check):
     found, _ = check(root, ".")
     assert where(found) == [("pkg/train.py", 8, "NAN201")]
     assert "softmax at pkg/heads.py:5" in found[0][3]
+
+
+def test_flows_across_files_an_inherited_forward_two_hops_and_a_star_import(tmp_path, check):
+    """Issue 33's shape 7: a class that inherits its `forward` from an imported class, a name
+    imported from a module that only imports it (two hops), and `from m import *`; a look-alike
+    subclass that overrides `forward` with a log-softmax is not reported."""
+    root = tmp_path / "hops"
+    (root / "pkg").mkdir(parents=True)
+    (root / "setup.py").write_text("")
+    (root / "pyproject.toml").write_text(NAN201_ON)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "base.py").write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+        "class Policy(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+        "        return F.softmax(self.fc(x), dim=-1)\n\n\n"
+        "def probs_of(logits):\n    return torch.softmax(logits, dim=-1)\n")
+    (root / "pkg" / "mid.py").write_text("from pkg.base import Policy, probs_of\n")
+    (root / "pkg" / "actor.py").write_text(
+        "import torch\nimport torch.nn.functional as F\nfrom pkg.base import Policy\n\n\n"
+        "class Actor(Policy):\n    def loss(self, x, y):\n"
+        "        return -torch.log(self(x).gather(1, y)).mean()  # expect: NAN201\n\n\n"
+        "class LogActor(Policy):\n    def forward(self, x):\n"
+        "        return F.log_softmax(self.fc(x), dim=-1)\n\n    def loss(self, x, y):\n"
+        "        return -torch.log(self(x).exp().gather(1, y)).mean()\n")
+    (root / "pkg" / "hop.py").write_text(
+        "import torch\nfrom pkg.mid import probs_of\n\n\n"
+        "def loss(logits, y):\n    return -torch.log(probs_of(logits).gather(1, y)).mean()  # expect: NAN201\n")
+    (root / "pkg" / "star.py").write_text(
+        "import torch\nfrom pkg.base import *\n\n\n"
+        "def loss(x, y):\n    return -torch.log(Policy()(x).gather(1, y)).mean()  # expect: NAN201\n")
+    found, _ = check(root, ".")
+    assert where(found) == expectations(root)
+    by_file = {f: message for f, _, _, message in found}
+    assert "softmax at pkg/base.py:12" in by_file["pkg/actor.py"] and "`Actor.forward`" in by_file["pkg/actor.py"]
+    assert "softmax at pkg/base.py:16" in by_file["pkg/hop.py"]

@@ -1509,6 +1509,9 @@ class FileAnalysis:
                     self._note_autocast(f"{receiver.instance_of}.{name}", env, line)
                     value = self.function_return(fn)
                     return cited(value, line, f"returned by `{receiver.instance_of}.{name}`")
+                inherited = imports.inherited_method(self, receiver.instance_of, name, line)
+                if inherited is not None:
+                    return cited(inherited, line, f"returned by `{receiver.instance_of}.{name}`")
                 if name in ("half", "bfloat16") or (name == "to" and any(
                     ctx.qualname(a) in ("torch.float16", "torch.half", "torch.bfloat16") for a in positional
                 )):
@@ -1576,6 +1579,10 @@ class FileAnalysis:
             return out
         if callee.instance_of:
             fn = self.method(callee.instance_of, "forward")
+            if fn is None:
+                inherited = imports.inherited_method(self, callee.instance_of, "forward", line)
+                if inherited is not None:
+                    return cited(inherited, line, f"`{callee.instance_of}.forward` via `{spelled}(...)`")
             if fn is not None:
                 self._note_autocast(f"{callee.instance_of}.forward", env, line)
                 value = self.function_return(fn)

@@ -29,6 +29,7 @@ class ImportedNames:
         self.imported = imported
         self.members: Dict[str, Member] = {}  # local name -> member of an imported module
         self.modules: Dict[str, str] = {}  # local dotted name -> imported module
+        self.starred: list = []  # modules imported with `*`, in order (a later one wins)
         self._data: Dict[Member, Optional[Dict[str, Any]]] = {}
         self._origin: Dict[Member, str] = {}  # the file a member's summary came from
         self._instances: Dict[str, Member] = {}
@@ -43,9 +44,11 @@ class ImportedNames:
     # -- bindings ---------------------------------------------------------------------
 
     def _bind_from(self, stmt: cst.ImportFrom) -> None:
-        if isinstance(stmt.names, cst.ImportStar):
-            return
         spelled = "." * len(stmt.relative) + (dotted_name(stmt.module) or "" if stmt.module is not None else "")
+        if isinstance(stmt.names, cst.ImportStar):
+            if spelled in self.imported:
+                self.starred.append(spelled)  # `from .nets import *`: any name it defines
+            return
         for alias in stmt.names:
             name = dotted_name(alias.name)
             if name is None:
@@ -88,6 +91,11 @@ class ImportedNames:
         head, _, name = spelled.rpartition(".")
         if head and head in self.modules:
             return self.modules[head], name
+        if not head:
+            for module in reversed(self.starred):
+                if self.data((module, spelled)) is not None:
+                    self.members[spelled] = (module, spelled)
+                    return self.members[spelled]
         return None
 
     # -- summaries --------------------------------------------------------------------
@@ -268,6 +276,36 @@ def name_value(fa, name: str) -> Optional[Value]:
     number = summaries.value_from_data({"lo": data["value"]}, "").lo
     where = f"{names.display(member)}:{data.get('line', 0)}"
     return point(number).with_evidence(0, f"`{member[1]}` = {number:g} at {where}")
+
+
+def inherited_method(fa, cls: str, method: str, line: int) -> Optional[Value]:
+    """What `method` returns where the file's class `cls` (or an in-file base of it) inherits
+    it from a class the file imports from its own project (`class Actor(Policy)` with
+    `Policy` from `.nets`: `self(x)` runs `Policy.forward`). None: not such a method."""
+    names = imported_names(fa.ctx)
+    if names is None:
+        return None
+    for _ in range(4):
+        node = fa.classes.get(cls)
+        if node is None:
+            return None
+        local = next((b.value for b in node.bases if dotted_name(b.value) in fa.classes), None)
+        if local is not None:
+            cls = dotted_name(local)
+            continue
+        for base in node.bases:
+            spelled = dotted_name(base.value)
+            member = names.member_of(spelled) if spelled is not None else None
+            if member is not None and (names.data(member) or {}).get("kind") == "class":
+                out = names.returns(*names.method_data(member, method))
+                if out is None:
+                    return None
+                if method == "forward" and out.prob is None and unknown(out):
+                    return Value(learned=True, nograd=out.nograd,
+                                 evidence=(Evidence(line, f"output of `{member[1]}.forward`"),))
+                return out
+        return None
+    return None
 
 
 def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
