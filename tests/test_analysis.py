@@ -821,3 +821,25 @@ def test_flow_facts_a_list_one_method_fills_and_another_reads():
                                lambda ctx, call: analysis.zero_reason(ctx, call.args[0].value))
     reason, cited = reasons[14]
     assert reason == "a softmax output" and "kept in `self.data` at line 20" in cited
+
+
+def test_flow_facts_a_raw_layer_output_is_the_last_thing_the_value_went_through(tmp_path):
+    """NAN127's fact: `self.var(h)` straight from an nn.Linear can be negative. A sigmoid of
+    one, passed to a public function of a package (whose entry joins the callers' values
+    with the unknown: bounds dropped), is not a raw output (a real-bugs false alarm)."""
+    from nanlint.rules import get_rule
+
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    source = (
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "def log_gate(gate_score):\n    return torch.log(gate_score)\n\n\n"
+        "class Gated(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+        "        self.proj = nn.Linear(d, 1)\n        self.var = nn.Linear(d, 1)\n\n"
+        "    def forward(self, h):\n        return log_gate(torch.sigmoid(self.proj(h))), torch.log(self.var(h))\n"
+    )
+    path = package / "gated.py"
+    path.write_text(source)
+    found = [(d.start.row, d.code) for d in lint_source(str(path), source, [get_rule("NAN127")]).diagnostics]
+    assert found == [(16, "NAN127")]

@@ -234,7 +234,10 @@ def unconstrained_output(ctx: FileContext, expr: cst.BaseExpression) -> Optional
     many inputs (`self.var(h)` with `self.var = nn.Linear(d, 1)`), or None: where nothing
     after the layer bounds it below 0 (a clamp, `exp`, `softplus`, a square would)."""
     v = value(ctx, expr)
-    if v.lo >= 0 or not any(_UNCONSTRAINED.match(e.reason) for e in v.evidence):
+    # The layer's output must be the last thing the value went through: a sigmoid after it,
+    # or a join with a caller's value (whose bounds a public function drops), says nothing
+    # about its sign.
+    if v.lo >= 0 or not v.evidence or not _UNCONSTRAINED.match(v.evidence[-1].reason):
         return None
     return cite(ctx, v)
 
