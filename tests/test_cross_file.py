@@ -331,18 +331,24 @@ def test_the_analysis_summary_types_round_trip_through_json():
     assert back.functions["probs_of"].returns.prob == "sigmoid"
 
 
-def test_a_probability_returned_in_a_tuple_from_another_file(tmp_path, check):
-    root = tmp_path / "tuples"
+def _package(root: Path, files: Dict[str, str]) -> Path:
+    """A project at `root` (NAN201 on) with the package `pkg` holding `files` by name."""
     (root / "pkg").mkdir(parents=True)
     (root / "setup.py").write_text("")
     (root / "pyproject.toml").write_text(NAN201_ON)
     (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "heads.py").write_text(
-        "import torch\n\n\ndef policy_and_value(obs):\n    return torch.softmax(obs, -1), obs.mean(-1)\n")
-    (root / "pkg" / "train.py").write_text(
-        "import torch\n\nfrom .heads import policy_and_value\n\n\n"
-        "def loss(obs):\n    probs, value = policy_and_value(obs)\n"
-        "    return torch.log(probs).mean() + torch.log(value.exp()).mean()\n")
+    for name, text in files.items():
+        (root / "pkg" / name).write_text(text)
+    return root
+
+
+def test_a_probability_returned_in_a_tuple_from_another_file(tmp_path, check):
+    root = _package(tmp_path / "tuples", {
+        "heads.py": "import torch\n\n\ndef policy_and_value(obs):\n    return torch.softmax(obs, -1), obs.mean(-1)\n",
+        "train.py": ("import torch\n\nfrom .heads import policy_and_value\n\n\n"
+                     "def loss(obs):\n    probs, value = policy_and_value(obs)\n"
+                     "    return torch.log(probs).mean() + torch.log(value.exp()).mean()\n"),
+    })
     found, _ = check(root, ".")
     assert where(found) == [("pkg/train.py", 8, "NAN201")]
     assert "softmax at pkg/heads.py:5" in found[0][3]
@@ -352,31 +358,24 @@ def test_flows_across_files_an_inherited_forward_two_hops_and_a_star_import(tmp_
     """Issue 33's shape 7: a class that inherits its `forward` from an imported class, a name
     imported from a module that only imports it (two hops), and `from m import *`; a look-alike
     subclass that overrides `forward` with a log-softmax is not reported."""
-    root = tmp_path / "hops"
-    (root / "pkg").mkdir(parents=True)
-    (root / "setup.py").write_text("")
-    (root / "pyproject.toml").write_text(NAN201_ON)
-    (root / "pkg" / "__init__.py").write_text("")
-    (root / "pkg" / "base.py").write_text(
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
-        "class Policy(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-        "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
-        "        return F.softmax(self.fc(x), dim=-1)\n\n\n"
-        "def probs_of(logits):\n    return torch.softmax(logits, dim=-1)\n")
-    (root / "pkg" / "mid.py").write_text("from pkg.base import Policy, probs_of\n")
-    (root / "pkg" / "actor.py").write_text(
-        "import torch\nimport torch.nn.functional as F\nfrom pkg.base import Policy\n\n\n"
-        "class Actor(Policy):\n    def loss(self, x, y):\n"
-        "        return -torch.log(self(x).gather(1, y)).mean()  # expect: NAN201\n\n\n"
-        "class LogActor(Policy):\n    def forward(self, x):\n"
-        "        return F.log_softmax(self.fc(x), dim=-1)\n\n    def loss(self, x, y):\n"
-        "        return -torch.log(self(x).exp().gather(1, y)).mean()\n")
-    (root / "pkg" / "hop.py").write_text(
-        "import torch\nfrom pkg.mid import probs_of\n\n\n"
-        "def loss(logits, y):\n    return -torch.log(probs_of(logits).gather(1, y)).mean()  # expect: NAN201\n")
-    (root / "pkg" / "star.py").write_text(
-        "import torch\nfrom pkg.base import *\n\n\n"
-        "def loss(x, y):\n    return -torch.log(Policy()(x).gather(1, y)).mean()  # expect: NAN201\n")
+    root = _package(tmp_path / "hops", {
+        "base.py": ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                    "class Policy(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                    "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+                    "        return F.softmax(self.fc(x), dim=-1)\n\n\n"
+                    "def probs_of(logits):\n    return torch.softmax(logits, dim=-1)\n"),
+        "mid.py": "from pkg.base import Policy, probs_of\n",
+        "actor.py": ("import torch\nimport torch.nn.functional as F\nfrom pkg.base import Policy\n\n\n"
+                     "class Actor(Policy):\n    def loss(self, x, y):\n"
+                     "        return -torch.log(self(x).gather(1, y)).mean()  # expect: NAN201\n\n\n"
+                     "class LogActor(Policy):\n    def forward(self, x):\n"
+                     "        return F.log_softmax(self.fc(x), dim=-1)\n\n    def loss(self, x, y):\n"
+                     "        return -torch.log(self(x).exp().gather(1, y)).mean()\n"),
+        "hop.py": ("import torch\nfrom pkg.mid import probs_of\n\n\n"
+                   "def loss(logits, y):\n    return -torch.log(probs_of(logits).gather(1, y)).mean()  # expect: NAN201\n"),
+        "star.py": ("import torch\nfrom pkg.base import *\n\n\n"
+                    "def loss(x, y):\n    return -torch.log(Policy()(x).gather(1, y)).mean()  # expect: NAN201\n"),
+    })
     found, _ = check(root, ".")
     assert where(found) == expectations(root)
     by_file = {f: message for f, _, _, message in found}
