@@ -24,7 +24,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .bounds import NestedTooDeeply
 from .diagnostics import SAFE, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
-from .ops import TENSOR_METHOD, Op, match_op, number_value
+from .ops import TENSOR_METHOD, Op, called_on_self, match_op, number_value
 from .text import line_starts, offset, split_lines
 
 _EMPTY_MODULE = cst.Module(body=[])
@@ -802,9 +802,7 @@ class _Abstract(cst.CSTTransformer):
             # `self.blocks[0].forward(x)`: user code.
             opaque = (
                 (chain is None or chain.split(".")[0] not in ("torch", "math"))
-                and (func.attr.value not in _TENSOR_METHODS
-                     # `self.norm(h)`: a submodule, whatever its name (see ops.match_op).
-                     or (isinstance(func.value, cst.Name) and func.value.value == "self"))
+                and (func.attr.value not in _TENSOR_METHODS or called_on_self(func))
             )
             stem = func.attr.value
         else:

@@ -200,6 +200,12 @@ def split_args(
     return positional, keywords
 
 
+def called_on_self(func: cst.BaseExpression) -> bool:
+    """`self.var(x)`, `self.norm(h)`: a submodule held in an attribute, called (never a
+    tensor method: a module is no tensor)."""
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+
+
 def match_op(node: cst.CSTNode, qualname_of) -> Optional[Op]:
     """The op `node` performs, or None. `qualname_of(expr)` resolves imports."""
     if isinstance(node, cst.BinaryOperation):
@@ -238,7 +244,7 @@ def match_op(node: cst.CSTNode, qualname_of) -> Optional[Op]:
             return None
         # `np.exp`, `math.log`, a module's function: not a tensor method. Nor `self.var(x)`
         # or `self.norm(h)`: a submodule held in an attribute, called (a module is no tensor).
-        if qualname_of(func.value) is not None or (isinstance(func.value, cst.Name) and func.value.value == "self"):
+        if qualname_of(func.value) is not None or called_on_self(func):
             return None
         return Op(method[0], [func.value] + positional, keywords, node, "method", func)
     return None

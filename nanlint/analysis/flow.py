@@ -567,10 +567,8 @@ class FileAnalysis:
         if not filled:
             return
         init = methods.get("__init__")
-        code = {id(fn): self.ctx.module.code_for_node(fn) for fn in methods.values() if fn is not init}
-        spelled = [(attr, re.compile(r"\bself\." + re.escape(attr) + r"\b")) for attr in sorted(filled)]
-        fillers = [fn for fn in methods.values() if fn is not init and any(
-            re.search(r"\bself\." + re.escape(a) + r"\.(?:append|extend|insert)\(", code[id(fn)]) for a, _ in spelled)]
+        uses = {id(fn): _self_attribute_uses(fn) for fn in methods.values() if fn is not init}
+        fillers = [fn for fn in methods.values() if fn is not init and uses[id(fn)][1] & filled]
         if not fillers:
             return
         for fn in fillers:
@@ -578,7 +576,7 @@ class FileAnalysis:
         for fn in methods.values():
             if fn is init or fn in fillers or id(fn) in self._running:
                 continue
-            if any(word.search(code[id(fn)]) for _, word in spelled):
+            if uses[id(fn)][0] & filled:
                 self._running.add(id(fn))
                 try:
                     self._run_function(fn, cls)
@@ -905,7 +903,7 @@ class FileAnalysis:
         elif method == "detach_":
             new = replace(current, trainable=False, nograd=Evidence(self.token(expr), f"`{key}.detach_()`"))
         elif method in ("append", "insert", "extend") and current.members is not None and (
-                current.members == () or is_bag(current.members) or not current.instance_of):
+                is_bag(current.members) or not current.instance_of):
             # `buf.append((r, prob))`: the list holds `(r, prob)` at some index, so `for r, p in
             # buf` and `torch.stack(buf)` read it back. `extend` adds each element of its argument.
             env = env.copy()
@@ -913,7 +911,7 @@ class FileAnalysis:
             element = (self._element_of(added, env) if method == "extend" else self.eval(added, env)) \
                 if added is not None else None
             if element is not None and not unknown(element):
-                element = _kept_in(element, line, key)
+                element = _kept_in(element, line, f"kept in `{key}`")
             cls = self._current_class(env)
             filled_attr = key.startswith("self.") and key.count(".") == 1 and cls is not None
             if filled_attr:
@@ -1336,7 +1334,7 @@ class FileAnalysis:
             element = self._element(node, env, depth)
             if unknown(element):
                 return TOP
-            return Value(members=bag(_kept_in(element, self.token(node), "a list")))
+            return Value(members=bag(_kept_in(element, self.token(node), "kept in a list")))
         if isinstance(node, (cst.Tuple, cst.List)):
             # Every element is evaluated (calls inside count: autocast callees, half models).
             elements = [self.eval(el.value, env, depth - 1) for el in node.elements]
@@ -1751,9 +1749,8 @@ class FileAnalysis:
         return v
 
 
-def _kept_in(v: Value, line: int, key: str) -> Value:
+def _kept_in(v: Value, line: int, why: str) -> Value:
     """`v` (and each member of a tuple `v`) with the evidence that it went through a list."""
-    why = f"kept in `{key}`" if key != "a list" else "kept in a list"
     if v.members is not None:
         return replace(v, members=tuple((k, m if unknown(m) else m.with_evidence(line, why)) for k, m in v.members))
     return v.with_evidence(line, why)
@@ -1764,6 +1761,22 @@ def _join_members(members) -> Optional[Value]:
     for _, v in members or ():
         out = join(out, v)
     return out
+
+
+def _self_attribute_uses(fn: cst.FunctionDef) -> Tuple[Set[str], Set[str]]:
+    """(the `self.x` a method mentions, those it fills: `self.x.append(...)`, `extend`,
+    `insert`)."""
+    read: Set[str] = set()
+    filled: Set[str] = set()
+    for node in descendants(fn):
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+            read.add(node.attr.value)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in ("append", "extend", "insert"):
+            owner = node.func.value
+            if isinstance(owner, cst.Attribute) and isinstance(owner.value, cst.Name) and owner.value.value == "self":
+                filled.add(owner.attr.value)
+    return read, filled
 
 
 def _self_targets(fn: cst.FunctionDef) -> Set[str]:

@@ -239,7 +239,7 @@ def bag(*elements: Value):
     """Members of a container holding each of `elements` at some index."""
     out: Optional[Value] = None
     for v in elements:
-        out = join(out, v) if out is not None else v
+        out = join(out, v)
     return ((ANY_INDEX, out),) if out is not None else ()
 
 

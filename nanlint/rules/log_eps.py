@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import libcst as cst
 
 from .. import analysis
 from ..analysis import repairs
-from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
+from ..context import FileContext, free_inputs, is_atom, node_code, parenthesize, strip_parens
 from ..diagnostics import ProbeInput
 from ..ops import number_value
 from ..ranges import can_be_zero, dtype_witness, is_guarded, positive_constant
@@ -18,6 +18,14 @@ from .bce import abstract_calls, inside_hand_bce
 _LOGS = {"log": "torch.log", "log2": "torch.log2", "log10": "torch.log10"}
 # How a reason from ranges.can_be_zero reads inside the message's parentheses.
 _PHRASES = {"clamp(min=0)": "a `clamp(min=0)` output"}
+
+
+def clamped_at_tiny(function: str, arg: cst.BaseExpression) -> Tuple[cst.BaseExpression, cst.BaseExpression]:
+    """`function(arg)` and `function(arg.clamp(min=torch.finfo(arg.dtype).tiny))`: a probe's
+    original and the counterfactual defined where the argument is 0 or below."""
+    text = node_code(parenthesize(strip_parens(arg)))
+    return (cst.parse_expression(f"{function}({text})"),
+            cst.parse_expression(f"{function}({text}.clamp(min=torch.finfo({text}.dtype).tiny))"))
 
 
 def log_domain_case(ctx: FileContext, arg: cst.BaseExpression) -> bool:
@@ -289,18 +297,8 @@ those values matter, compute the probability in float32 or stay in log space.
             # The probability came through a call the verifier cannot run: probe the log of
             # one input with the domain the analysis proved (a simplex or a probability).
             known = analysis.probe_input(ctx, arg)
-            name = "p"
-            original = cst.parse_expression(f"{_LOGS[op.name]}({name})")
-            fixed = cst.parse_expression(f"{_LOGS[op.name]}({name}.clamp(min=torch.finfo({name}.dtype).tiny))")
-            return ctx.expression_probe(original, fixed, {name: known} if known is not None else {})
-        canonical = ctx.canonical(arg, inline=not counts)
-        text = node_code(canonical)
-        if not is_atom(canonical):
-            text = "(" + text + ")"
-        original = cst.parse_expression(f"{_LOGS[op.name]}({text})")
-        fixed = cst.parse_expression(
-            f"{_LOGS[op.name]}({text}.clamp(min=torch.finfo({text}.dtype).tiny))"
-        )
-        original, fixed = abstract_calls(original, fixed, ctx=ctx)
+            original, fixed = clamped_at_tiny(_LOGS[op.name], cst.Name("p"))
+            return ctx.expression_probe(original, fixed, {"p": known} if known is not None else {})
+        original, fixed = abstract_calls(*clamped_at_tiny(_LOGS[op.name], ctx.canonical(arg, inline=not counts)), ctx=ctx)
         domains = analysis.count_ratio_inputs(ctx, arg) if counts else analysis.input_domains(ctx, arg)
         return ctx.expression_probe(original, fixed, domains)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Optional
-
 import libcst as cst
 
 from .. import analysis
-from ..context import FileContext, abstract_calls, node_code, parenthesize, strip_parens
-from ..diagnostics import Probe
+from ..context import FileContext, abstract_calls, free_inputs, node_code
+from ..diagnostics import ProbeInput
 from .base import Rule
+from .log_eps import clamped_at_tiny
 
 # The ops whose domain stops at 0 (NaN below it).
 _ROOT_OR_LOG = ("log", "log2", "log10", "sqrt", "rsqrt")
@@ -120,22 +118,9 @@ turns every negative variance into the smallest positive one)."""
         )
         # `verify` needs a counterfactual defined where the original is NaN (float64 is NaN
         # there too): the argument clamped at tiny. It is the probe's, not a suggested edit.
-        canonical = ctx.canonical(node)
-        x = node_code(parenthesize(strip_parens(ctx.canonical(op.args[0]))))
-        fixed = cst.parse_expression(f"torch.{op.name}({x}.clamp(min=torch.finfo({x}.dtype).tiny))")
-        original = cst.parse_expression(f"torch.{op.name}({x})")
-        probe = ctx.expression_probe(*abstract_calls(original, fixed, ctx=ctx)) if canonical else None
-        ctx.report(self, node, message=message, probe=_layer_output_domain(probe, evidence))
-
-
-def _layer_output_domain(probe: Optional[Probe], evidence: str) -> Optional[Probe]:
-    """The probe with its one varying input given what the layer produces: values of either
-    sign, of the size a freshly initialized layer gives ([-10, 10])."""
-    if probe is None:
-        return None
-    varying = [i for i in probe.inputs if i.value is None and not i.name.endswith(".dtype")]
-    if len(varying) != 1:
-        return probe
-    (only,) = varying
-    inputs = tuple(replace(i, domain=(-10.0, 10.0), evidence=evidence) if i is only else i for i in probe.inputs)
-    return replace(probe, inputs=inputs)
+        original, fixed = abstract_calls(*clamped_at_tiny(f"torch.{op.name}", ctx.canonical(op.args[0])), ctx=ctx)
+        # The layer's output takes either sign, of the size a freshly initialized layer gives.
+        varying = [name for name in free_inputs(original) if not name.endswith(".dtype")]
+        domains = {varying[0]: ProbeInput(varying[0], domain=(-10.0, 10.0), evidence=evidence)} \
+            if len(varying) == 1 else {}
+        ctx.report(self, node, message=message, probe=ctx.expression_probe(original, fixed, domains))

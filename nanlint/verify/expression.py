@@ -690,8 +690,7 @@ def _fix_less_accurate(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: 
     NaN/Inf): the report says so in words and in the plot."""
     # The float64 original must agree with the float64 fix where it judges: past |x| ~ 37,
     # float64's own 1 + exp(x) is 1, and log(1 + exp(x)) "is" 0 where softplus is right.
-    refs_f = {None: ref_f.out if ref_f is not None else None}
-    refs_f.update({k: ref_f.grads.get(k) for k in ref_o.grads} if ref_f is not None else {})
+    refs_f = {} if ref_f is None else {None: ref_f.out, **{k: ref_f.grads.get(k) for k in ref_o.grads}}
     pairs = [("forward", None, ro.out, rf.out, ref_o.out)]
     pairs += [("gradient", k, ro.grads[k], rf.grads[k], ref_o.grads[k])
               for k in ro.grads if k in rf.grads and k in ref_o.grads]

@@ -145,9 +145,10 @@ def _harness_witness(text: str, device: str, dtype: str = "float32", which: str 
 # ----------------------------------------------------------------------------- harnesses
 
 
+# Adaptive torch.optim classes with an `eps` (adam-eps-half builds them on half parameters).
+_OPTIMIZERS = {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad"}
 # torch.optim classes the clip-after-step harness can build as the code does.
-_STEP_OPTIMIZERS = {"SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad", "Adadelta",
-                    "ASGD", "Rprop"}
+_STEP_OPTIMIZERS = _OPTIMIZERS | {"SGD", "Adadelta", "ASGD", "Rprop"}
 _WARM_STEPS = 5  # ordinary steps before the one with a gradient spike (adaptive state fills)
 
 
@@ -341,9 +342,6 @@ def step_bypasses_scaler(params: Mapping[str, Any], device: str) -> Verification
     return _verdict(original_fails, fix_holds, w, fw, scenario, device,
                     "the optimizer stepped on the loss-scaled gradient",
                     "the update was as intended")
-
-
-_OPTIMIZERS = {"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad"}
 
 
 def adam_eps_half(params: Mapping[str, Any], device: str) -> Verification:
