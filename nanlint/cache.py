@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput
+from .diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
 from .files import write_atomic
 from .project import ImportRef
 
@@ -217,6 +217,8 @@ def diagnostic_to_data(d: Diagnostic) -> Dict[str, Any]:
         "fix": d.fix.to_json() if d.fix else None,
         "probe": _probe_to_data(d.probe) if d.probe else None,
         "line_text": d.line_text,
+        "evidence": [[s.row, s.note, s.path] for s in d.evidence],
+        "latent": d.latent,
     }
 
 
@@ -268,6 +270,8 @@ def diagnostic_from_data(raw: Dict[str, Any]) -> Diagnostic:
         fix=fix,
         probe=probe,
         line_text=raw.get("line_text", ""),
+        evidence=tuple(Step(row, note, path) for row, note, path in raw.get("evidence") or ()),
+        latent=bool(raw.get("latent", False)),
     )
 
 

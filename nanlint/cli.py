@@ -90,6 +90,7 @@ def _plural(n: int, word: str) -> str:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too (for pre-commit).")
 @click.option("--lint-tests", is_flag=True, help="Lint test files too (tests/, test_*.py, *_test.py, conftest.py), which a directory walk skips by default.")
+@click.option("--latent", is_flag=True, help="Also report the value rules' latent findings: those with no evidence that the value reaches the hazard (they depend on what callers or data pass).")
 @click.option("--config", "config_path", metavar="PATH", help="Read settings from this TOML file instead of the nearest pyproject.toml.")
 @click.option("--max-file-size", metavar="SIZE", help="Skip larger files with a warning (bytes, or 512KB, 2MB; 0: no limit). Default 1MB.")
 @click.option("--file-timeout", metavar="SECONDS", type=float, help="Report a file as skipped when its analysis uses more CPU time (0: no limit). Default 30.")
@@ -115,6 +116,7 @@ def check(
     exit_zero: bool,
     force_exclude: bool,
     lint_tests: bool,
+    latent: bool,
     config_path: Optional[str],
     max_file_size: Optional[str],
     file_timeout: Optional[float],
@@ -145,6 +147,7 @@ def check(
         settings.file_memory = parse_size(file_memory, "--file-memory")
     settings.force_exclude = settings.force_exclude or force_exclude
     settings.lint_tests = settings.lint_tests or lint_tests
+    settings.latent = settings.latent or latent
     if verbose:
         where = settings.source or "no [tool.nanlint] table found: defaults"
         click.echo(f"nanlint: settings: {where}", err=True)

@@ -18,6 +18,7 @@ else:  # pragma: no cover
 
 from .bounds import FileBudget
 from .rules import Rule, all_rules
+from .rules.base import LatentFindings
 
 KNOWN_KEYS = {
     "select",
@@ -29,6 +30,7 @@ KNOWN_KEYS = {
     "force-exclude",
     "respect-gitignore",
     "lint-tests",
+    "latent",
     "precision",
     "max-file-size",
     "file-timeout",
@@ -99,6 +101,8 @@ class Settings:
     # Lint test files too (TEST_PATTERNS); a test directory named on the command line always is.
     lint_tests: bool = False
     precision: Optional[str] = None  # "float16" / "bfloat16" / "float32" from `precision`; None: auto
+    # Also report the value rules' latent findings (no evidence that the value gets there).
+    latent: bool = False
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; 0: no limit
     file_timeout: float = DEFAULT_FILE_TIMEOUT  # seconds of CPU time; 0: no limit
     file_memory: int = DEFAULT_FILE_MEMORY  # bytes; 0: no limit
@@ -229,6 +233,8 @@ def select_rules(settings: Settings) -> List[Type[Rule]]:
             picked = False
         if picked:
             chosen.append(rule)
+    if settings.latent:
+        chosen.append(LatentFindings)
     return chosen
 
 
@@ -358,7 +364,7 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
         settings.file_timeout = parse_seconds(table["file-timeout"], f"{where}: `file-timeout`")
     if "file-memory" in table:
         settings.file_memory = parse_size(table["file-memory"], f"{where}: `file-memory`")
-    for key in ("force-exclude", "respect-gitignore", "lint-tests"):
+    for key in ("force-exclude", "respect-gitignore", "lint-tests", "latent"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")

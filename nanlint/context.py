@@ -23,7 +23,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .bounds import NestedTooDeeply
-from .diagnostics import SAFE, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
+from .diagnostics import SAFE, Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
 from .ops import TENSOR_METHOD, Op, called_on_self, match_op, number_value
 from .text import line_starts, offset, split_lines
 
@@ -485,10 +485,13 @@ class FileContext:
         fix_message: Optional[str] = None,
         applicability: Optional[str] = None,
         probe: Union[Optional[Probe], Callable[[], Optional[Probe]]] = None,
+        evidence: Sequence[Step] = (),
     ) -> Diagnostic:
         """Report a finding at `node`. `edits` and `probe` may be builders (callables): a
         builder that fails costs only its own part (the finding stays, without its fix or
-        probe) and leaves an internal-error line naming the rule and the position."""
+        probe) and leaves an internal-error line naming the rule and the position.
+        `evidence`: the located steps that show a value rule's value reaching the hazard; a
+        value finding without them is latent (the engine keeps it only on request)."""
         start, end = self.span(node)
         if self.degraded:  # a retry after the rule failed: the finding alone
             edits, probe = (), None
@@ -515,6 +518,8 @@ class FileContext:
             fix=fix,
             probe=probe,
             line_text=self.line_text(start.row),
+            evidence=tuple(evidence),
+            latent=getattr(rule, "kind", None) == "value" and not evidence,
         )
         self.diagnostics.append(diag)
         return diag

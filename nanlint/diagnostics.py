@@ -122,6 +122,26 @@ class Probe:
         }
 
 
+@dataclass(frozen=True)
+class Step:
+    """One located step of the evidence that a value reaches a hazard ("`num_pos` counts
+    `labels > 0`" at line 41). `row` is a line of the linted file (0: not located), or of
+    `path` when the step is in another file of the project; `cell` is set in a notebook."""
+
+    row: int
+    note: str
+    path: Optional[str] = None
+    cell: Optional[int] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"row": self.row, "note": self.note, "path": self.path, "cell": self.cell}
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.row}" if self.path else (
+            f"cell {self.cell}, line {self.row}" if self.cell is not None else f"line {self.row}")
+        return f"{self.note} ({where})" if self.row else self.note
+
+
 @dataclass
 class Diagnostic:
     path: str
@@ -140,6 +160,11 @@ class Diagnostic:
     cell: Optional[int] = field(default=None, compare=False)
     file_start: Optional[Position] = field(default=None, compare=False)
     file_end: Optional[Position] = field(default=None, compare=False)
+    # A value finding's evidence that the value reaches the hazard, producer first (empty:
+    # none named). Without it a value finding is latent: it needs an assumption about the
+    # callers or the data, and is reported only on request (`--latent`).
+    evidence: Tuple[Step, ...] = ()
+    latent: bool = False
 
     def sort_key(self) -> Tuple[str, int, int, int, str]:
         return (self.path, self.cell or 0, self.start.row, self.start.column, self.code)

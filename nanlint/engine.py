@@ -15,6 +15,7 @@ from .context import FileContext, Scope, comment_tokens
 from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
+from .rules.base import reports_latent
 from .bounds import FileBudget, NestedTooDeeply, OverBudget, nesting_error, run_deep
 from .triggers import firing
 from .text import split_lines
@@ -411,6 +412,7 @@ def _lint(path, source, rule_classes, precision, imported) -> LintResult:
         row = source.count("\n", 0, nul) + 1
         col = nul - (source.rfind("\n", 0, nul) + 1) + 1
         return LintResult([syntax_error(path, source, row, col, "source code cannot contain null bytes")])
+    latent = reports_latent(rule_classes)
     rule_classes = firing(rule_classes, source) if may_match(source) else []
     if not rule_classes and _python_accepts(source):
         # Nothing can fire and Python's parser (an order of magnitude faster than LibCST)
@@ -449,7 +451,7 @@ def _lint(path, source, rule_classes, precision, imported) -> LintResult:
         walker.walk(module)
     except NestedTooDeeply:
         return LintResult([], ctx.errors, skipped=_TOO_DEEP)
-    diagnostics = _dedupe(ctx.diagnostics)
+    diagnostics = _dedupe(d for d in ctx.diagnostics if latent or not d.latent)
     if diagnostics:
         diagnostics = apply_suppressions(source, diagnostics)
     diagnostics.sort(key=Diagnostic.sort_key)

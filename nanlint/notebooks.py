@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from .bounds import FileBudget
-from .diagnostics import Diagnostic, Edit, Fix, Position
+from .diagnostics import Diagnostic, Edit, Fix, Position, Step
 from .engine import SYNTAX_ERROR, io_error, lint_source, syntax_error
 from .files import ChangedDuringRun, SourceFile, write_fixed
 from .fixes import fix_source
@@ -199,6 +199,14 @@ class Notebook:
             return match.group(0)
         return f"cell {self.cells[where[0]].number}, line {where[1]}"
 
+    def _step_in_cells(self, step: Step) -> Step:
+        """An evidence step of the joined module, placed in its cell (its note's cited lines too)."""
+        note = self.cited(step.note)
+        where = self.rows[step.row] if step.path is None and 0 < step.row < len(self.rows) else None
+        if where is None:
+            return dataclasses.replace(step, note=note)
+        return dataclasses.replace(step, note=note, row=where[1], cell=self.cells[where[0]].number)
+
     def to_cells(self, d: Diagnostic, module_lines: bool = True) -> Diagnostic:
         """The diagnostic with cell-relative positions, its cell number and its file region;
         the lines its message, fix title and probe evidence cite name their cells too
@@ -223,8 +231,10 @@ class Notebook:
             probe = dataclasses.replace(probe, inputs=tuple(
                 dataclasses.replace(i, evidence=cited(i.evidence)) for i in probe.inputs))
         lines = self.cells[index].source.split("\n")
+        evidence = tuple(self._step_in_cells(s) for s in d.evidence) if module_lines else d.evidence
         return dataclasses.replace(
             d,
+            evidence=evidence,
             start=start,
             end=end,
             message=cited(d.message),

@@ -44,6 +44,19 @@ def _untuned(rule: Type[Rule]) -> str:
     return (sentence(rule.code, rule.kind) + "\n\n" + rule.untuned_precision.strip()).strip()
 
 
+def _manifest(rule: Type[Rule]) -> str:
+    """For a value rule: which findings carry evidence (reported by default) and which are
+    latent (reported with `--latent`)."""
+    if rule.kind != "value":
+        return ""
+    if not rule.manifest:
+        return ("This rule names no evidence yet that the value reaches its singular point: every "
+                "finding is latent, reported only with `--latent`.")
+    return (f"A finding is manifest, and reported, when {rule.manifest.strip()} The message names "
+            "the evidence and every output format carries it as located steps; a finding without "
+            "it is latent, reported only with `--latent` and marked `(latent)`.")
+
+
 def render_page(rule: Type[Rule]) -> str:
     parts: List[str] = [f"# {rule.code} {rule.name}", ""]
     parts.append(f"{rule.summary or rule.message}")
@@ -65,6 +78,7 @@ def render_page(rule: Type[Rule]) -> str:
         ("Example", rule.example),
         ("Use instead", rule.use_instead),
         ("Fix safety", rule.fix_notes),
+        ("Manifest and latent findings", _manifest(rule)),
         ("Precision on code it was not tuned on", _untuned(rule)),
     ]
     for title, body in sections:

@@ -370,9 +370,10 @@ def test_json_output_has_ruffs_keys(cli, tmp_path):
     for d in data:
         assert set(d) == {
             "code", "name", "kind", "message", "filename", "cell", "location", "end_location", "fix",
-            "noqa_row", "url", "probe",
+            "noqa_row", "url", "probe", "evidence", "latent",
         }
         assert d["code"] == "NAN101" and d["name"] == "sigmoid-by-hand" and d["kind"] == "form"
+        assert d["evidence"] == [] and d["latent"] is False  # a form finding: no value evidence
         assert d["cell"] is None  # a cell number only in notebooks
         assert d["url"].endswith("/rules/form/NAN101.md")
     fixable, unfixable = data
@@ -869,7 +870,8 @@ def test_rules_lists_every_rule(cli):
     assert rows["NAN116"] == ["NAN116", "entropy-by-hand", "form", "safe", "off"]
     assert rows["NAN401"] == ["NAN401", "clip-after-step", "misuse", "unsafe", "on"]
     assert rows["NAN102"] == ["NAN102", "log-of-softmax", "form", "safe", "on"]
-    assert rows["NAN201"] == ["NAN201", "log-without-epsilon", "value", "unsafe", "off"]
+    assert rows["NAN201"] == ["NAN201", "log-without-epsilon", "value", "unsafe", "on"]
+    assert rows["NAN113"] == ["NAN113", "masked-mean-empty", "value", "unsafe", "off"]
 
 
 # --- suppression comments -------------------------------------------------------------------

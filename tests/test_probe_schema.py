@@ -7,6 +7,7 @@ import json
 import pytest
 
 from nanlint.diagnostics import Probe, ProbeInput
+from nanlint.rules.base import LatentFindings
 from nanlint.verify.findings import MALFORMED, parse_findings
 
 
@@ -74,7 +75,7 @@ def test_a_probe_in_an_elif_arm_does_not_inline_an_earlier_arms_assignment():
     from nanlint.engine import lint_source
     from nanlint.rules import all_rules
 
-    result = lint_source("m.py", ARMS, [r for r in all_rules() if r.code in ("NAN113", "NAN201")])
+    result = lint_source("m.py", ARMS, [r for r in all_rules() if r.code in ("NAN113", "NAN201")] + [LatentFindings])
     probes = {d.start.row: d.probe.original for d in result.diagnostics if d.probe is not None}
     assert probes[7] == "(loss * mask).sum() / torch.sum(mask)"
     assert probes[11] == "(loss * mask).sum(1) / mask.sum(1)"
@@ -89,7 +90,7 @@ def test_a_list_filled_by_append_is_an_input_not_the_empty_literal():
         "        results.append(b)\n    results = torch.stack(results, dim=0)\n"
         "    is_nan = torch.isnan(results)\n    return results.sum(-1) / (~is_nan).float().sum(-1)\n"
     )
-    result = lint_source("m.py", source, [r for r in all_rules() if r.code == "NAN113"])
+    result = lint_source("m.py", source, [r for r in all_rules() if r.code == "NAN113"] + [LatentFindings])
     (probe,) = [d.probe for d in result.diagnostics]
     assert probe.original == "torch.stack(results, dim=0).sum(-1) / (~torch.isnan(torch.stack(results, dim=0))).float().sum(-1)"
     assert [i.name for i in probe.inputs] == ["results"]

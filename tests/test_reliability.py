@@ -15,6 +15,7 @@ from test_cli import cli as default_cli  # noqa: F401 - the in-process CLI fixtu
 from nanlint.bounds import FileBudget
 from nanlint.diagnostics import Edit, Position
 from nanlint.engine import lint_source
+from nanlint.rules.base import LatentFindings
 from nanlint.fixes import SpanMismatch, apply_edits, fix_source
 from nanlint.rules import Rule, all_rules, get_rule
 
@@ -309,7 +310,7 @@ def test_a_chain_of_shared_locals_is_inlined_once_into_a_bounded_probe():
     lines += [f"    a{i} = a{i - 1} * a{i - 1} + a{i - 1}" for i in range(1, 41)]
     lines += ["    return torch.sqrt(a40 ** 2)"]
     source = "\n".join(lines) + "\n"
-    result = lint_source("solver.py", source, [get_rule("NAN122")], budget=FileBudget(cpu=60))
+    result = lint_source("solver.py", source, [get_rule("NAN122"), LatentFindings], budget=FileBudget(cpu=60))
     assert result.skipped is None
     (d,) = result.diagnostics
     assert d.code == "NAN122" and d.probe is not None

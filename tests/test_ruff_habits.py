@@ -28,7 +28,7 @@ FIXED = "import torch\n\n\ndef gate(z):\n    return torch.sigmoid(z)\n"
 # NAN101 (safe fix) and NAN111 (unsafe fix: a clamp changes values; off by default, so the
 # tests that use TWO turn it on with ACOS_ON in the project's configuration, with NAN203,
 # also off by default, for the half fill of the file-level noqa test).
-ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN111", "NAN203"]\n'
+ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN111", "NAN203"]\nlatent = true\n'
 TWO = (
     "import torch\nimport torch.nn.functional as F\n\n\n"
     "def f(a, b, z):\n"

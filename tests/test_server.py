@@ -26,7 +26,7 @@ HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
 SAMPLE_ON = '[tool.nanlint]\nextend-select = ["NAN101"]\n'
 # A safe fix (NAN101) and an unsafe one (NAN111: a clamp changes values; off by default too)
 # in one file.
-ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN101", "NAN111"]\n'
+ACOS_ON = '[tool.nanlint]\nextend-select = ["NAN101", "NAN111"]\nlatent = true\n'
 TWO = (
     "import torch\nimport torch.nn.functional as F\n\n\n"
     "def f(a, b, z):\n"
@@ -192,7 +192,7 @@ def test_settings_come_from_the_nearest_pyproject(tmp_path):
     (tmp_path / "pyproject.toml").write_text(SAMPLE_ON, encoding="utf-8")
     legacy = tmp_path / "legacy"
     legacy.mkdir()
-    (legacy / "pyproject.toml").write_text('[tool.nanlint]\nselect = ["NAN111"]\n', encoding="utf-8")
+    (legacy / "pyproject.toml").write_text('[tool.nanlint]\nselect = ["NAN111"]\nlatent = true\n', encoding="utf-8")
 
     async def scenario(s: Session) -> None:
         kept = s.open(tmp_path / "a.py", TWO)

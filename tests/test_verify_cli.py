@@ -175,7 +175,7 @@ def test_a_finding_without_a_probe_is_named_in_the_text_output(tmp_path, capsys,
         "        print(batch.std(dim=0))\n"
     )
     monkeypatch.chdir(tmp_path)
-    _, findings, _ = run(["check", "stats.py", "--select", "NAN123", "--output-format", "json"], capsys)
+    _, findings, _ = run(["check", "stats.py", "--select", "NAN123", "--latent", "--output-format", "json"], capsys)
     found = json.loads(findings)
     assert [f["code"] for f in found] == ["NAN123"] and found[0].get("probe") is None
     (tmp_path / "f.json").write_text(findings)

@@ -15,6 +15,7 @@ import torch
 from nanlint.diagnostics import Probe, ProbeInput
 from nanlint.engine import lint_source
 from nanlint.rules import all_rules
+from nanlint.rules.base import LatentFindings
 from nanlint.verify import contexts as C
 from nanlint.verify.expression import verify_expression
 from nanlint.verify.report_html import _plot, render_html
@@ -28,7 +29,7 @@ SIGMOID = Probe("expression", "1 / (1 + torch.exp(-z))", "torch.sigmoid(z)",
 def _fixture_verifications(prefix):
     out = []
     for path in sorted((ROOT / "fixtures").glob(f"{prefix}_*.py")):
-        for d in lint_source(str(path), path.read_text(), all_rules()).diagnostics:
+        for d in lint_source(str(path), path.read_text(), all_rules() + [LatentFindings]).diagnostics:
             if d.code == prefix and d.probe is not None and d.probe.kind == "expression":
                 out.append((d, verify_one(d, "cpu")))
     return out

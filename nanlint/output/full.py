@@ -55,6 +55,8 @@ def render(
         out = [headline(d, unsafe_fixes, color)]
         if lines and 0 < d.start.row <= len(lines):
             out.extend(_snippet(d, lines, color))
+        else:
+            out.extend(_notes(d, 1))
         blocks.append("\n".join(out) + "\n")
     return "\n".join(blocks)
 
@@ -78,7 +80,14 @@ def _snippet(d: Diagnostic, lines: List[str], color: bool) -> List[str]:
                 marker = click.style(marker, fg="red", bold=True)
             out.append(f"{gutter} {' ' * start}{marker}")
     out.append(gutter)
+    return out + _notes(d, width)
+
+
+def _notes(d: Diagnostic, width: int) -> List[str]:
+    """The fix's title, then the evidence that the value gets there, step by step."""
+    out = []
     if d.fix is not None:
         kind = "" if d.fix.applicability == "safe" else " (unsafe)"
         out.append(f"{' ' * width} = help: {d.fix.message}{kind}")
+    out.extend(f"{' ' * width} = evidence: {step}" for step in d.evidence)
     return out

@@ -6,6 +6,8 @@ from typing import List
 
 from ..diagnostics import Diagnostic
 
+_LATENT = " (latent)"
+
 
 def _escape_data(s: str) -> str:
     return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
@@ -24,6 +26,6 @@ def render(diagnostics: List[Diagnostic], **_) -> str:
         out.append(
             f"::error file={_escape_property(d.path)},line={start.row},col={start.column},"
             f"endLine={end.row},endColumn={end.column},title={_escape_property(d.code)}"
-            f"::{_escape_data(f'{cell}{d.code} {d.message}')}\n"
+            f"::{_escape_data(cell + d.code + (_LATENT if d.latent else '') + ' ' + d.message)}\n"
         )
     return "".join(out)

@@ -26,6 +26,10 @@ def to_dict(d: Diagnostic) -> Dict[str, Any]:
         "noqa_row": d.start.row,
         "url": rule_url(d.code),
         "probe": d.probe.to_json() if d.probe else None,
+        # A value finding's evidence that the value reaches the hazard, as located steps
+        # (producer first); `latent` where there is none (reported only with --latent).
+        "evidence": [s.to_json() for s in d.evidence],
+        "latent": d.latent,
     }
 
 

@@ -10,12 +10,18 @@ import click
 from ..diagnostics import Diagnostic
 
 
+# After the code of a value finding with no evidence that the value gets there (`--latent`).
+LATENT = "(latent)"
+
+
 def line(d: Diagnostic, unsafe_fixes: bool, color: bool = False) -> str:
     fixable = d.is_fixable(unsafe_fixes)
+    latent = f" {LATENT}" if d.latent else ""
     if not color:
         mark = " [*]" if fixable else ""
-        return f"{d.where()}: {d.code}{mark} {d.message}"
-    mark = " " + click.style("[*]", fg="cyan") if fixable else ""
+        return f"{d.where()}: {d.code}{mark}{latent} {d.message}"
+    mark = (" " + click.style("[*]", fg="cyan") if fixable else "") + (
+        " " + click.style(LATENT, fg="yellow") if d.latent else "")
     return (
         f"{click.style(d.where(), bold=True)}: {click.style(d.code, fg='red', bold=True)}"
         f"{mark} {d.message}"

@@ -70,6 +70,9 @@ class Rule:
     # the figures and the default decision (default_set.py) before this account.
     untuned_precision: ClassVar[str] = ""
     fix_notes: ClassVar[str] = ""
+    # A value rule: when a finding is manifest (the evidence it names, reported by default);
+    # empty: the rule names none yet, and every finding is latent (`--latent`).
+    manifest: ClassVar[str] = ""
     references: ClassVar[Tuple[str, ...]] = ()
 
     @classmethod
@@ -98,3 +101,19 @@ class Rule:
     @classmethod
     def fixable(cls) -> bool:
         return cls.fix_applicability is not None
+
+
+class LatentFindings(Rule):
+    """Not a rule: in a selection, it asks for the latent findings of the value rules too
+    (`--latent`, `latent = true`). It travels with the selected rules, so every way a file is
+    linted (workers, the cache slot, fixes, notebooks, the server) sees the same choice."""
+
+    code = "latent"
+    name = "latent-findings"
+    kind = "file"
+    message = ""
+
+
+def reports_latent(rule_classes) -> bool:
+    return any(r is LatentFindings for r in rule_classes)
+

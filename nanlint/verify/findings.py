@@ -9,10 +9,10 @@ import json
 import os
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..config import Settings, select_rules
-from ..diagnostics import INPUT_KINDS, RELATIONS, Diagnostic, Edit, Fix, Position, Probe, ProbeInput
+from ..diagnostics import INPUT_KINDS, RELATIONS, Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
 from ..rules import all_rules
 
 
@@ -172,8 +172,27 @@ def parse_findings(text: str, source: str = "findings") -> List[Diagnostic]:
             fix=_fix(item.get("fix"), where),
             probe=_probe_or_refusal(item.get("probe"), where),
             cell=_cell(item.get("cell"), where),
+            evidence=_evidence(item.get("evidence"), where),
+            latent=item.get("latent") is True,
         ))
     return out
+
+
+def _evidence(raw: Any, where: str) -> Tuple[Step, ...]:
+    """The located steps of a value finding's evidence (absent in older findings files)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(s, dict) and isinstance(s.get("note"), str) for s in raw):
+        raise FindingsError(f"{where}: `evidence` must be a list of steps with a string `note`")
+    steps = []
+    for s in raw:
+        row = s.get("row")
+        if isinstance(row, bool) or not isinstance(row, int) or row < 0:
+            raise FindingsError(f"{where}: an evidence step's `row` must be a whole number")
+        path, cell = s.get("path"), s.get("cell")
+        steps.append(Step(row, s["note"], path if isinstance(path, str) else None,
+                          cell if isinstance(cell, int) and not isinstance(cell, bool) else None))
+    return tuple(steps)
 
 
 def _cell(raw: Any, where: str) -> Optional[int]:

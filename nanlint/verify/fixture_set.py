@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import List, Optional, Type
 
 from ..rules import Rule, all_rules
+from ..rules.base import LatentFindings
 
 # fixtures/ sits beside the package in a source checkout (it is not installed).
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures"
@@ -25,8 +26,10 @@ def fixture_files(directory: Optional[Path] = None, code: Optional[str] = None) 
     return [p for p in files if code is None or fixture_code(p) == code]
 
 
-# `# expect: NAN201, NAN103` on a fixture line (the tests read the same markers).
-EXPECT_MARKER = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?:\s*,\s*NAN\d{3})*)")
+# `# expect: NAN201, NAN103` on a fixture line (the tests read the same markers); a value
+# rule's latent finding (no evidence named, reported only with `--latent`) is `NAN113:latent`.
+EXPECT_MARKER = re.compile(r"#\s*expect:\s*(?P<codes>NAN\d{3}(?::latent)?(?:\s*,\s*NAN\d{3}(?::latent)?)*)")
+LATENT_SUFFIX = ":latent"
 
 
 def rules_for_fixture(path: Path) -> List[Type[Rule]]:
@@ -35,5 +38,6 @@ def rules_for_fixture(path: Path) -> List[Type[Rule]]:
     and the rule then runs on the whole file, so its silence elsewhere is checked too)."""
     named = {fixture_code(path)}
     for m in EXPECT_MARKER.finditer(path.read_text(encoding="utf-8")):
-        named.update(re.split(r"\s*,\s*", m.group("codes")))
-    return [r for r in all_rules() if r.default_enabled or r.code in named]
+        named.update(code.split(":")[0] for code in re.split(r"\s*,\s*", m.group("codes")))
+    # Latent findings too: a marker says which findings are latent, so both kinds are checked.
+    return [r for r in all_rules() if r.default_enabled or r.code in named] + [LatentFindings]

@@ -13,7 +13,7 @@ from ..diagnostics import SAFE, Diagnostic
 from .expression import verify_expression
 from .findings import MALFORMED, printable_line
 from .harnesses import run_harness
-from .verdict import Verification, not_verifiable
+from .verdict import CONFIRMED, POSSIBLE, Verification, not_verifiable
 
 
 @dataclass
@@ -66,6 +66,19 @@ def fix_is_exact(d: Diagnostic) -> bool:
 
 
 def verify_one(d: Diagnostic, device: str, want_sweep: bool = False) -> Verification:
+    v = _verify_probe(d, device, want_sweep)
+    if d.latent and v.verdict in (CONFIRMED, POSSIBLE):
+        # A latent value finding: the op fails at the point, but nothing shows the code's own
+        # values get there; that is the fact the verdict lacks.
+        v.verdict = POSSIBLE
+        v.reason = ("latent: the analysis names no evidence that the code's values reach this point; "
+                    + v.reason)
+    elif d.evidence and v.verdict == CONFIRMED:
+        v.reason += "; evidence that the code gets there: " + "; ".join(str(s) for s in d.evidence)
+    return v
+
+
+def _verify_probe(d: Diagnostic, device: str, want_sweep: bool) -> Verification:
     probe = d.probe
     if probe is None:
         return not_verifiable("the finding has no probe", device)
