@@ -52,8 +52,17 @@ def _counts(verdict: Optional[dict], kind: str) -> str:
 
 def pypi_findings(label: str) -> List[Tuple[str, str, Tuple]]:
     """(split, code, triage key) for every finding of a run.py run."""
-    return [(f["split"], f["code"], ("pypi", f["package"], f["version"], f["path"], f["line"], f["code"]))
+    return [(f["split"], _row(f), ("pypi", f["package"], f["version"], f["path"], f["line"], f["code"]))
             for f in load_findings(label)]
+
+
+# A value rule's latent findings (no evidence that the value gets there; shown only with
+# `--latent`) are counted in a row of their own: the default set reports only the manifest ones.
+LATENT = "/latent"
+
+
+def _row(f: dict) -> str:
+    return f["code"] + (LATENT if f.get("latent") else "")
 
 
 def repo_findings(label: str) -> List[Tuple[str, str, Tuple]]:
@@ -68,7 +77,7 @@ def repo_findings(label: str) -> List[Tuple[str, str, Tuple]]:
             continue
         repo, split = splits[path.stem]
         for f in json.loads(path.read_text(encoding="utf-8")):
-            out.append((split, f["code"], ("repo", repo, f["filename"], f["location"]["row"], f["code"])))
+            out.append((split, _row(f), ("repo", repo, f["filename"], f["location"]["row"], f["code"])))
     return out
 
 
@@ -86,7 +95,7 @@ def table(findings, judged: Dict[Tuple, dict]) -> Tuple[Dict[str, Dict[str, Coun
     counts: Dict[str, Dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
     unjudged = []
     for split, code, key in findings:
-        rule = rules.get(code)
+        rule = rules.get(code.removesuffix(LATENT))
         if rule is None:
             continue
         outcome = _counts(judged.get(key), rule.kind)
@@ -116,10 +125,10 @@ def report(counts, markdown: bool) -> None:
             print(f"  {'rule':8} {'kind':6} {'default':7} {'findings':>8} {'judged':>6} {'correct':>7} {'precision':>9}")
         for code in sorted(rows):
             c = rows[code]
-            rule = rules[code]
+            rule = rules[code.removesuffix(LATENT)]
             judged_n = c["real"] + c["false-alarm"]
-            on = "on" if rule.default_enabled else "off"
-            if rule.default_enabled:
+            on = "on" if rule.default_enabled and not code.endswith(LATENT) else "off"
+            if on == "on":
                 default.update(c)
             kinds[rule.kind].update(c)
             if markdown:

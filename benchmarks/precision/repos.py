@@ -84,7 +84,7 @@ def extract(git_dir: Path, commit: str, into: Path) -> int:
     return count
 
 
-def lint(python: str, root: Path, select: Optional[str]) -> List[dict]:
+def lint(python: str, root: Path, select: Optional[str], latent: bool = False) -> List[dict]:
     cmd = [python, "-m", "nanlint", "check", ".", "--output-format", "json", "--exit-zero", "--no-cache"]
     own = root / "pyproject.toml"
     if not (own.is_file() and "[tool.nanlint" in own.read_text(encoding="utf-8", errors="replace")):
@@ -95,6 +95,8 @@ def lint(python: str, root: Path, select: Optional[str]) -> List[dict]:
         cmd += ["--config", str(empty)]
     if select:
         cmd += ["--select", select]
+    if latent:
+        cmd += ["--latent"]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"nanlint failed in {root}: {proc.stderr.strip()[-500:]}")
@@ -106,6 +108,7 @@ def main() -> None:
     ap.add_argument("--mirrors", type=Path, required=True, help="folder of bare git mirrors")
     ap.add_argument("--label", default="repos")
     ap.add_argument("--select", default=None)
+    ap.add_argument("--latent", action="store_true", help="also the value rules' latent findings")
     ap.add_argument("--batch", type=int, action="append", help="only the repositories chosen in batch N (repeatable)")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--show-untriaged", action="store_true")
@@ -125,7 +128,7 @@ def main() -> None:
             continue
         root = CACHE / r["repo"].replace("/", "+") / r["commit"]
         extract(git_dir, r["commit"], root)
-        findings = lint(args.python, root, args.select)
+        findings = lint(args.python, root, args.select, args.latent)
         (out_dir / (r["repo"].replace("/", "+") + ".json")).write_text(json.dumps(findings, indent=1))
         for f in findings:
             row = verdicts.get((r["repo"], f["filename"], f["location"]["row"], f["code"]))

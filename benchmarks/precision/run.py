@@ -54,10 +54,10 @@ def fetch(p: dict) -> Path:
     return fetch_wheel(p["name"], p["version"], p["sha256"], CACHE, wheel_name=p["wheel"])
 
 
-def lint(python: str, root: Path, config: Path, select: Optional[str] = None) -> List[dict]:
-    """nanlint's findings on one package (the default rules, or `select`), paths relative to
-    the package root."""
-    chosen = ["--select", select] if select else []
+def lint(python: str, root: Path, config: Path, select: Optional[str] = None, latent: bool = False) -> List[dict]:
+    """nanlint's findings on one package (the default rules, or `select`; with `latent`, the
+    value rules' latent findings too), paths relative to the package root."""
+    chosen = (["--select", select] if select else []) + (["--latent"] if latent else [])
     proc = subprocess.run(
         [python, "-m", "nanlint", "check", "--output-format", "json", "--exit-zero",
          "--config", str(config), *chosen, "."],
@@ -73,6 +73,7 @@ def lint(python: str, root: Path, config: Path, select: Optional[str] = None) ->
             "column": d["location"]["column"],
             "code": d["code"],
             "message": d["message"],
+            "latent": d.get("latent", False),
         })
     if proc.stderr.strip():
         print(f"  {root.name}: nanlint stderr: {proc.stderr.strip()[:500]}", file=sys.stderr)
@@ -106,6 +107,8 @@ def main() -> None:
     ap.add_argument("--package", action="append", help="only this package (repeatable)")
     ap.add_argument("--select", help="rule codes to run instead of the defaults (e.g. ALL, NAN123): "
                     "measures rules that are off by default")
+    ap.add_argument("--latent", action="store_true",
+                    help="also the value rules' latent findings (pooled.py counts them apart)")
     args = ap.parse_args()
 
     packages = load_corpus()
@@ -132,7 +135,7 @@ def main() -> None:
         (root / "setup.cfg").touch()
         n_files = linted_files(args.python, root, config)
         files[p["split"]] += n_files
-        findings = lint(args.python, root, config, args.select)
+        findings = lint(args.python, root, config, args.select, args.latent)
         (results / f"{p['name']}.json").write_text(json.dumps(
             {"name": p["name"], "version": p["version"], "split": p["split"], "files": n_files,
              "findings": findings}, indent=1) + "\n")

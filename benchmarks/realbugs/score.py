@@ -81,6 +81,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--select", help="rule codes/prefixes to enable instead of the defaults (e.g. ALL)")
     ap.add_argument("--extend-select", help="rule codes/prefixes to enable on top")
     ap.add_argument("--ignore", help="rule codes/prefixes to disable")
+    ap.add_argument("--latent", action="store_true", help="also count the value rules' latent findings (as `nanlint --latent`)")
     ap.add_argument("--precision", choices=["float16", "bfloat16"], help="as the config's `precision`")
     ap.add_argument("--split", choices=[TUNE, TEST], help="score one half only")
     ap.add_argument("--projects", metavar="MIRRORS",
@@ -106,6 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         settings.extend_select = config.validate_selectors(args.extend_select.split(","), "--extend-select")
     if args.ignore:
         settings.ignore = config.validate_selectors(args.ignore.split(","), "--ignore")
+    settings.latent = args.latent
     rules = config.select_rules(settings)
 
     cache = Path(args.cache)
