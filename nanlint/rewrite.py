@@ -79,6 +79,16 @@ def replace_edit(ctx: FileContext, node: cst.BaseExpression, text: str) -> Edit:
     return ctx.replace(node, text)
 
 
+def source_replacing(ctx: FileContext, outer: cst.CSTNode, inner: cst.CSTNode, text: str) -> str:
+    """The source of `outer` as written (`source_of`), with the part `inner` spans replaced by
+    `text`: `F.softmax(x, -1)[idx]` with its call renamed is `F.log_softmax(x, -1)[idx]`."""
+    start, end = ctx.span(outer)
+    inner_start, inner_end = ctx.span(inner)
+    source = ctx.source
+    return (source[ctx.offset(start): ctx.offset(inner_start)] + text
+            + source[ctx.offset(inner_end): ctx.offset(end)])
+
+
 def source_of(ctx: FileContext, node: cst.CSTNode) -> str:
     """The source text of a node of the file, exactly as written (continuation lines keep
     their indentation; the node's own enclosing parentheses are not included)."""
@@ -95,4 +105,4 @@ def atom_source(ctx: FileContext, node: cst.BaseExpression) -> str:
     return text if is_atom(strip_parens(node)) else f"({text})"
 
 
-__all__ = ["follow_local", "operand_key", "replace_edit", "source_of", "atom_source"]
+__all__ = ["follow_local", "operand_key", "replace_edit", "source_of", "source_replacing", "atom_source"]

@@ -9,6 +9,7 @@ import pickle
 from nanlint import analysis
 from nanlint.engine import lint_source
 from nanlint.rules import get_rule
+from nanlint.rules.base import LatentFindings
 
 SOURCE = '''\
 import torch
@@ -119,12 +120,16 @@ def test_a_constructor_setting_no_construction_overrides_is_its_default():
     assert [d.start.row for d in lint_source("m.py", unknown, rules).diagnostics] == [14]
 
 
-def test_probability_through_a_model_cites_where_it_came_from_and_probes_a_simplex():
+def test_a_softmax_through_a_model_is_log_softmax_cited_where_it_came_from():
+    # The log of a model's softmax output is NAN102's form (NAN201 leaves it), reported where
+    # the log is with where the softmax came from, and probed along the softmax's own dim.
     source = SOURCE + "\n\ndef loss(x):\n    model = Policy(3)\n    return torch.log(model(x)).sum()\n"
-    (d,) = [d for d in lint_source("m.py", source, [get_rule("NAN201")]).diagnostics]
+    assert lint_source("m.py", source, [get_rule("NAN201")]).diagnostics == []
+    (d,) = lint_source("m.py", source, [get_rule("NAN102")]).diagnostics
+    assert d.start.row == 34 and d.fix is None
     assert "`self.act` output at line 13" in d.message and "`Policy.forward`" in d.message
-    (p,) = [i for i in d.probe.inputs if i.name == "p"]
-    assert (p.kind, p.dim, p.domain) == ("simplex", 1, (0.0, 1.0))
+    assert (d.probe.original, d.probe.fixed) == (
+        "torch.log(torch.softmax(logits, dim=1))", "torch.log_softmax(logits, dim=1)")
 
 
 def test_branch_refinement_and_relations_die_on_reassignment():
@@ -137,7 +142,7 @@ def test_branch_refinement_and_relations_die_on_reassignment():
 
 def test_a_masked_mean_probes_its_mask_as_a_mask():
     source = "import torch\ndef f(pred, target, valid):\n    return (pred - target).abs()[valid].mean()\n"
-    (d,) = lint_source("m.py", source, [get_rule("NAN113")]).diagnostics
+    (d,) = lint_source("m.py", source, [get_rule("NAN113"), LatentFindings]).diagnostics
     (valid,) = [i for i in d.probe.inputs if i.name == "valid"]
     assert (valid.kind, valid.domain) == ("mask", (0.0, 1.0))
 
@@ -218,7 +223,9 @@ def nll(p):
 
 
 def _findings(path, source):
-    rules = [get_rule("NAN101"), get_rule("NAN201")]
+    # The log of a parameter every call passes a softmax is NAN102's form; where callers the
+    # file cannot see may pass anything, NAN201's value finding (a call passes one that can be 0).
+    rules = [get_rule("NAN101"), get_rule("NAN102"), get_rule("NAN201")]
     return sorted((d.code, d.start.row) for d in lint_source(str(path), source, rules).diagnostics)
 
 
@@ -244,18 +251,19 @@ def _script_and_package_module(tmp_path, source, name):
 def test_call_sites_bound_a_helper_only_where_no_outside_caller_is_plausible(tmp_path):
     """A script (no package): the file's calls are all the calls, the clamp bounds `gate`.
     A public function of a package module: callers elsewhere may pass anything, so the
-    clamp does not make it safer than unknown, while the softmax still raises NAN201."""
+    clamp does not make it safer than unknown, while the softmax still raises NAN201 (where
+    the file's calls are all the calls, `log(p)` is `log(softmax)`: NAN102)."""
     _, in_script, module, in_package = _script_and_package_module(tmp_path, HELPERS, "ops.py")
-    assert in_script == [("NAN201", 17)]
+    assert in_script == [("NAN102", 17)]
     assert in_package == [("NAN101", 9), ("NAN201", 17)]
     # The same module with private helpers: the file's calls are all the calls again.
     private = HELPERS.replace("gate(", "_gate(").replace("nll(", "_nll(")
     module.write_text(private)
-    assert _findings(module, private) == [("NAN201", 17)]
+    assert _findings(module, private) == [("NAN102", 17)]
     # ...and a script guard makes a package module a script.
     guarded = HELPERS + '\n\nif __name__ == "__main__":\n    gated(torch.zeros(3))\n'
     module.write_text(guarded)
-    assert _findings(module, guarded) == [("NAN201", 17)]
+    assert _findings(module, guarded) == [("NAN102", 17)]
 
 
 def test_a_call_site_fact_is_cited_and_unknown_callers_add_nothing(tmp_path):
@@ -586,18 +594,18 @@ def test_forward_takes_what_the_instances_calls_pass_under_the_policy(tmp_path):
     file lives; the clamp at the only call bounds `Squash.forward`'s exponent in a script or
     for a private class, never for a public class of a package module."""
     script, in_script, module, in_package = _script_and_package_module(tmp_path, GATED, "layers.py")
-    assert in_script == [("NAN201", 7)]
+    assert in_script == [("NAN102", 7)]
     assert in_package == [("NAN101", 12), ("NAN201", 7)]
     private = GATED.replace("Squash", "_Squash")
     module.write_text(private)
-    assert _findings(module, private) == [("NAN201", 7)]
+    assert _findings(module, private) == [("NAN201", 7)]  # `Gate` is still public
     # Every call clamps the softmax: quiet in a script, for a private class of a package
     # module, and for a public one (the clamp is dropped there, and an unknown `p` is no
     # reason for 0).
     clamped = GATED.replace("torch.softmax(x, -1)", "torch.softmax(x, -1).clamp(min=1e-6)")
     for where, text in ((script, clamped), (module, clamped.replace("Gate", "_Gate")), (module, clamped)):
         where.write_text(text)
-        assert [f for f in _findings(where, text) if f[0] == "NAN201"] == []
+        assert [f for f in _findings(where, text) if f[0] in ("NAN102", "NAN201")] == []
     # A class with its own `__call__`: `inst(x)` does not run `forward`.
     called = GATED.replace("class Gate(nn.Module):\n", "class Gate(nn.Module):\n    def __call__(self, p):\n        return p\n\n")
     script.write_text(called)
@@ -606,7 +614,7 @@ def test_forward_takes_what_the_instances_calls_pass_under_the_policy(tmp_path):
     # speaks for every call, the softmax still does.
     escaped = GATED + "\n\nREGISTRY = [Squash()]\n"
     script.write_text(escaped)
-    assert _findings(script, escaped) == [("NAN101", 12), ("NAN201", 7)]
+    assert _findings(script, escaped) == [("NAN101", 12), ("NAN102", 7)]
 
 
 def test_forward_through_explicit_calls_and_super():
@@ -624,8 +632,11 @@ def test_forward_through_explicit_calls_and_super():
         "def run(x):\n"
         "    return Other().forward(torch.softmax(x, 0))\n"
     )
-    found = lint_source("m.py", source, [get_rule("NAN201")]).diagnostics
-    assert sorted((d.code, d.start.row) for d in found) == [("NAN201", 7), ("NAN201", 17)]
+    found = lint_source("m.py", source, [get_rule(c) for c in ("NAN102", "NAN103", "NAN201")]).diagnostics
+    # `super().forward(sigmoid)`: every call is seen, the log is `logsigmoid`'s form (NAN103);
+    # `Other().forward(softmax)` on a public class is not trusted to be every call, so a
+    # softmax that can be 0 is passed (NAN201's value finding), not `log_softmax`'s form.
+    assert sorted((d.code, d.start.row) for d in found) == [("NAN103", 7), ("NAN201", 17)]
 
 
 def test_forward_of_module_list_members_trusts_calls_only_while_the_list_stays_in_view():

@@ -103,7 +103,86 @@ def test_the_dbnet_step_is_fixed_to_torch_sigmoid_by_default():
         "torch.log_softmax(logits, dim=-1)" in outcome.source
 
 
-def test_the_example_shows_its_default_hazards():
+def test_the_example_shows_all_six_of_its_hazards_by_default():
     source = (ROOT / "examples" / "train_step.py").read_text(encoding="utf-8")
-    codes = sorted(d.code for d in lint_source("examples/train_step.py", source, _defaults()).diagnostics)
-    assert codes == ["NAN101", "NAN102", "NAN104", "NAN401"]
+    found = lint_source("examples/train_step.py", source, _defaults()).diagnostics
+    assert sorted(d.code for d in found) == ["NAN101", "NAN102", "NAN104", "NAN107", "NAN201", "NAN401"]
+    # The label entropy's zero is manifest: the ratio of counts, with its located evidence.
+    (entropy,) = [d for d in found if d.code == "NAN201"]
+    assert not entropy.latent and [s.row for s in entropy.evidence] == [46]
+    assert "bincount" in entropy.evidence[0].note
+
+
+# Written fresh for this test: the log of a softmax or a sigmoid that a selection, a local,
+# a module attribute or `forward` stands between, as REINFORCE, hand NLLs and hand BCEs do.
+SELECTED = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Policy(nn.Module):
+    def __init__(self, n_obs, n_act):
+        super().__init__()
+        self.fc = nn.Linear(n_obs, n_act)
+
+    def forward(self, obs):
+        return F.softmax(self.fc(obs), dim=-1)
+
+
+class Critic(nn.Module):
+    def __init__(self, n_obs):
+        super().__init__()
+        self.fc = nn.Linear(n_obs, 1)
+        self.act = nn.Sigmoid()
+
+    def forward(self, obs):
+        return self.act(self.fc(obs)).squeeze(-1)
+
+
+def nll_of_index(scores, idx):
+    return -torch.log(F.softmax(scores, -1)[idx])
+
+
+def nll_of_gather(scores, target):
+    probs = torch.softmax(scores, dim=1)
+    return -torch.log(probs.gather(1, target[:, None]).squeeze(1)).mean()
+
+
+def reinforce(policy: Policy, obs, labels, returns):
+    pi = policy(obs)
+    pi_a = pi.gather(1, labels)
+    return -(torch.log(pi_a) * returns).mean()
+
+
+def bce_on_a_squeezed_sigmoid(lin, x, y):
+    q = torch.sigmoid(lin(x)).squeeze(-1)
+    return -(y * torch.log(q) + (1 - y) * torch.log(1 - q)).mean()
+
+
+def bce_on_forward(critic: Critic, obs, y):
+    p = critic(obs)
+    return -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+
+
+def entropy_bonus(policy: Policy, obs):
+    pi = policy(obs)
+    return -(pi * torch.log(pi)).sum(-1).mean()
+'''
+
+
+def test_a_selected_or_distant_softmax_or_sigmoid_keeps_its_form_by_default():
+    found = lint_source("rl.py", SELECTED, _defaults()).diagnostics
+    assert sorted((d.start.row, d.code) for d in found) == [
+        (26, "NAN102"),  # F.softmax(...)[idx]: fixed in place
+        (31, "NAN102"),  # a local softmax, gathered and squeezed
+        (37, "NAN102"),  # forward's softmax, gathered
+        (42, "NAN301"),  # a hand BCE on a squeezed sigmoid: the whole loss, both terms
+        (47, "NAN301"),  # a hand BCE on forward's sigmoid module, squeezed
+        (52, "NAN102"),  # an entropy of forward's softmax
+    ]
+    by_row = {d.start.row: d for d in found}
+    assert "`Policy.forward` via `policy(...)`" in by_row[37].message and by_row[37].fix is None
+    assert "`self.act` output" in by_row[47].message and "`Critic.forward`" in by_row[47].message
+    fixed = fix_source("rl.py", SELECTED, _defaults(), unsafe=False).source
+    assert "return -F.log_softmax(scores, -1)[idx]" in fixed

@@ -37,7 +37,7 @@ import libcst as cst
 
 from ..context import FileContext, dotted_name
 from .flow import bare as strip_parens
-from ..diagnostics import ProbeInput
+from ..diagnostics import ProbeInput, Step
 from ..ops import number_value
 from .. import ranges
 from ..rewrite import follow_local
@@ -54,7 +54,7 @@ __all__ = [
     "single_sample_batch", "has_many", "rounds_to_one", "upper_guard", "UpperGuard",
     "exp_cannot_overflow", "exp_kept_finite", "exp_bound_note", "ExpBound", "enforced_value",
     "enforced_value_where_kept", "exponent_bounded", "shifted_by_global_max", "called_under_autocast",
-    "softmax_distribution",
+    "softmax_distribution", "selected_core", "FormOrigin", "stable_form", "evidence_steps",
 ]
 
 
@@ -175,6 +175,84 @@ def softmax_distribution(ctx: FileContext, expr: cst.BaseExpression) -> Optional
         return None
     v = value(ctx, expr)
     return v if v.prob == "softmax" and v.simplex_dim is not None else None
+
+
+# Selections, reshapes, copies and casts: an elementwise function commutes with them
+# (`log(p[i])` is `log(p)[i]`), so what they select keeps its stable form.
+_SELECTING = _ENDS_DISTRIBUTION | _KEEPS_DISTRIBUTION | {"to", "type_as"}
+_SELECTING_ATTRIBUTES = ("T", "mT", "data")
+
+
+def selected_core(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """What `expr` selects, reshapes, copies or casts, as written: `F.softmax(x, -1)` in
+    `F.softmax(x, -1)[idx].squeeze(1)`, `p` in `torch.gather(p, 1, a)`; `expr` itself where it
+    is none of those."""
+    for _ in range(8):
+        bare = strip_parens(expr)
+        if isinstance(bare, cst.Subscript):
+            expr = bare.value
+            continue
+        if isinstance(bare, cst.Attribute) and bare.attr.value in _SELECTING_ATTRIBUTES \
+                and ctx.qualname(bare) is None:
+            expr = bare.value
+            continue
+        if isinstance(bare, cst.Call):
+            func = strip_parens(bare.func)
+            full = ctx.qualname(func)
+            if full is None and isinstance(func, cst.Attribute) and func.attr.value in _SELECTING:
+                expr = func.value
+                continue
+            if full is not None and full.startswith("torch.") and full.rsplit(".", 1)[-1] in _SELECTING \
+                    and bare.args and bare.args[0].keyword is None and not bare.args[0].star:
+                expr = bare.args[0].value
+                continue
+        break
+    return expr
+
+
+class FormOrigin(NamedTuple):
+    """A value that is exactly a stable function's output, selected or reshaped since."""
+
+    form: str  # "softmax", "sigmoid" or "1 - sigmoid" (`Value.form`)
+    cite: str  # where it was computed and how it got here ("softmax at line 12; ...")
+    dim: Optional[str] = None  # a softmax's dim, as written, where the value is still whole
+
+
+def stable_form(ctx: FileContext, expr: cst.BaseExpression) -> Optional[FormOrigin]:
+    """The stable function `expr` is exactly an output of, however far away it was computed (a
+    method, `forward`, a module attribute, a tuple element, a list, another file), selected,
+    reshaped or cast since: its log has an exact stable spelling. None where the code keeps the
+    value off 0 (a filter, a branch, an in-place clamp) or it is the probability of an action
+    sampled from the same policy (a Categorical never draws a 0)."""
+    if not ctx.imported and not ctx.derived("form words", lambda: _FORM_WORDS.search(ctx.source) is not None):
+        return None  # nothing here computes one, and nothing is imported that could
+    v = value(ctx, expr)
+    if v.form is None or v.excludes_zero or sampled_actions.sampled_probability(ctx, expr) is not None:
+        return None
+    dim = v.simplex_dim if v.simplex_dim is not None and v.simplex_dim.lstrip("-").isdigit() else None
+    return FormOrigin(v.form, cite(ctx, v), dim)
+
+
+# How a file names the functions behind `Value.form` (as ops, modules or functions).
+_FORM_WORDS = re.compile(r"[sS]oftm(?:ax|in)|[sS]igmoid|expit")
+
+
+# A fact a summary brought from another file of the project: "softmax at pkg/heads.py:12".
+_ELSEWHERE = re.compile(r"^(?P<note>.*) at (?P<path>[^\s:]+):(?P<row>\d+)$")
+
+
+def evidence_steps(ctx: FileContext, v: Value, count: int = 4) -> Tuple[Step, ...]:
+    """`v`'s evidence as located steps, producer first ("softmax" at line 12, "returned by
+    `Agent.probs`" at line 30): what a value finding shows the user, in every output format."""
+    fa = file_analysis(ctx)
+    steps = []
+    for ev in v.evidence[-count:]:
+        found = _ELSEWHERE.match(ev.reason) if not ev.line else None
+        if found is not None:
+            steps.append(Step(int(found["row"]), found["note"], path=found["path"]))
+        else:
+            steps.append(Step(fa.line(ev.line), ev.reason))
+    return tuple(dict.fromkeys(steps))
 
 
 def cite(ctx: FileContext, v: Value, count: int = 2) -> str:

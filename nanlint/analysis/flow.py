@@ -70,6 +70,12 @@ _CONTAINERS = {"torch.nn.Sequential"}
 _JOINING = {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.vstack",
             "torch.hstack", "torch.dstack", "torch.row_stack", "torch.column_stack"}
 _MODULE_LISTS = {"torch.nn.ModuleList", "torch.nn.ModuleDict"}
+# Distributions whose `.probs` the analysis follows, and the function of their `logits=`.
+_DISTRIBUTIONS = {
+    **{f"torch.distributions.{m}{name}": "softmax" for m in ("", "categorical.") for name in ("Categorical",)},
+    **{f"torch.distributions.{m}{name}": "softmax" for m in ("", "one_hot_categorical.") for name in ("OneHotCategorical",)},
+    **{f"torch.distributions.{m}{name}": "sigmoid" for m in ("", "bernoulli.") for name in ("Bernoulli",)},
+}
 # Methods that change what a ModuleList / ModuleDict holds.
 _MEMBER_UPDATES = {"append", "extend", "insert", "update", "pop", "clear"}
 _CREATION_PREFIX = "torch."
@@ -92,7 +98,7 @@ _EPS_WORDS = ("eps", "epsilon", "tiny")
 
 def trained(v: Value) -> Value:
     """A tensor training moves: its initializer's range says nothing about later values."""
-    return replace(v, lo=-INF, hi=INF, zero=None, nonzero=False, prob=None, simplex_dim=None,
+    return replace(v, lo=-INF, hi=INF, zero=None, nonzero=False, prob=None, form=None, simplex_dim=None,
                    mask=False, count=False, trainable=True, learned=True, nograd=None)
 
 
@@ -331,10 +337,22 @@ class FileAnalysis:
                 env.vars[name] = Value(instance_of=cls)
             elif any(w in name.lower() for w in _EPS_WORDS):
                 env.vars[name] = Value(lo=0.0, nonzero=True)
+            elif self._annotated_class(p) is not None:
+                # `model: Classifier`: an instance of a class of this file, as a type checker reads it.
+                env.vars[name] = Value(instance_of=self._annotated_class(p))
             else:
                 env.vars[name] = TOP
         env.nograd = self._function_grad_region(fn, cls)
         return env
+
+    def _annotated_class(self, param: cst.Param) -> Optional[str]:
+        """The class of this file a parameter is annotated with (`model: Classifier`), or None."""
+        annotation = param.annotation.annotation if param.annotation is not None else None
+        if isinstance(annotation, cst.SimpleString):  # `model: "Classifier"`
+            name = annotation.evaluated_value if isinstance(annotation.evaluated_value, str) else None
+        else:
+            name = annotation.value if isinstance(annotation, cst.Name) else None
+        return name if name in self.classes else None
 
     # ------------------------------------------------------------------ autograd regions
     def grad_mode(self, call: cst.BaseExpression) -> Optional[bool]:
@@ -819,6 +837,8 @@ class FileAnalysis:
             current = self.eval(small.target, env)
             rhs = self.eval(small.value, env)
             value = transfer.apply(op, [current, rhs], {}, {}, self.token(small)) if op else TOP
+            if value is not None and op == "sub":
+                value = _max_shifted(value, rhs, dotted_name(strip_parens(small.target)), self.token(small))
             env = env.copy()
             self.assign(small.target, self._in_region(value or TOP, env), env)
             return env
@@ -873,9 +893,8 @@ class FileAnalysis:
             new = transfer.apply(_IN_PLACE[method], args, kw, {}, line)
             if new is not None:
                 new = new.with_evidence(line, f"`{method}` in place")
-            if new is not None and method == "sub_" and len(args) == 2 and args[1].max_of == key:
-                # `logits.sub_(logits_max.unsqueeze(-1))`: the in-place max-shift.
-                new = replace(new, hi=min(new.hi, 0.0)).with_evidence(line, f"shifted by the maximum of `{key}`")
+            if new is not None and method == "sub_" and len(args) == 2:
+                new = _max_shifted(new, args[1], key, line)
         elif method == "uniform_":
             lo = self.eval(positional[0], env) if positional else point(0.0)
             hi = self.eval(positional[1], env) if len(positional) > 1 else point(1.0)
@@ -974,14 +993,15 @@ class FileAnalysis:
             bound = self.eval(cmp.comparator, env)
             if left == tcode and op is not None and bound.lo == bound.hi:
                 c = bound.lo
+                # A replacement changes values: no longer exactly a function's output (`form`).
                 if op in (">", ">=") and fill.hi <= c:
-                    return replace(current, hi=c, evidence=(current.evidence + (Evidence(line, f"values above {c:g} replaced"),))[-4:])
+                    return replace(current, hi=c, form=None, evidence=(current.evidence + (Evidence(line, f"values above {c:g} replaced"),))[-4:])
                 if op in ("<", "<=", "==") and fill.positive and (c <= fill.lo or op == "==" and c == 0):
                     lo = max(min(current.lo, fill.lo), 0.0) if current.lo >= 0 else current.lo
                     if op == "==" or current.lo >= 0:
-                        return replace(current, lo=lo, nonzero=True, zero=None,
+                        return replace(current, lo=lo, nonzero=True, zero=None, form=None,
                                        evidence=(current.evidence + (Evidence(line, "zeros replaced"),))[-4:])
-                    return replace(current, lo=max(current.lo, min(c, fill.lo)), nonzero=True, zero=None,
+                    return replace(current, lo=max(current.lo, min(c, fill.lo)), nonzero=True, zero=None, form=None,
                                    evidence=(current.evidence + (Evidence(line, "small values replaced"),))[-4:])
         return join(current, fill) or TOP
 
@@ -1287,6 +1307,11 @@ class FileAnalysis:
                     if found is not None:
                         return found
                 return TOP
+            if node.attr.value == "probs" and self.ctx.qualname(node) is None:
+                # A distribution's `.probs` (`Categorical(probs=p).probs` is p).
+                held = dict(self.eval(node.value, env, depth - 1).members or ()).get("probs")
+                if held is not None:
+                    return held
             if node.attr.value in ("T", "mT", "data", "values") and self.ctx.qualname(node) is None:
                 inner = self.eval(node.value, env, depth - 1)
                 out = transfer.passthrough([inner], {}, {}, 0)
@@ -1628,6 +1653,8 @@ class FileAnalysis:
         if full in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             inner = self.eval(positional[0], env, depth - 1) if positional else TOP
             return trained(inner).with_evidence(line, "an `nn.Parameter`: moved by training", learned=True)
+        if full in _DISTRIBUTIONS:
+            return self._distribution(full, positional, keywords, env, depth, line)
         if full in _JOINING and positional:
             return self._joined_pieces(positional[0], env, depth)
         if full in ("torch.autograd.grad", "torch.autograd.functional.vjp"):
@@ -1682,7 +1709,9 @@ class FileAnalysis:
         if full in ("torch.tanh", "torch.nn.functional.tanh"):
             return transfer.tanh([TOP], {}, {}, line)
         if full in ("torch.bincount", "torch.histc", "torch.count_nonzero"):
-            return transfer.apply("bincount", [], {}, {}, line) or TOP
+            counted = transfer.apply("bincount", [], {}, {}, line) or TOP
+            what = "value" if full == "torch.bincount" else "bin" if full == "torch.histc" else "row"
+            return replace(counted, evidence=(Evidence(line, f"`{_code(self.ctx, node)}` counts: 0 for a {what} the data lacks"),))
         if full in ("torch.any", "torch.all", "torch.isfinite", "torch.isnan", "torch.logical_and",
                     "torch.logical_or", "torch.logical_not", "torch.isin", "torch.eq", "torch.ne",
                     "torch.gt", "torch.lt", "torch.ge", "torch.le"):
@@ -1692,6 +1721,20 @@ class FileAnalysis:
             out = transfer.apply(short, args, {}, {}, line)
             return out if out is not None else TOP
         return TOP
+
+    def _distribution(self, full: str, positional, keywords, env: Env, depth: int, line: int) -> Value:
+        """`Categorical(probs=p)` / `Bernoulli(probs=p)`: `.probs` is p; with `logits=` it is the
+        softmax (sigmoid) of the logits, as torch computes it."""
+        kind = _DISTRIBUTIONS[full]
+        probs = keywords.get("probs", positional[0] if positional else None)
+        if probs is not None:
+            held = self.eval(probs, env, depth - 1)
+        elif keywords.get("logits") is not None:
+            logits = self.eval(keywords["logits"], env, depth - 1)
+            held = transfer.apply(kind, [logits], {}, {"dim": "-1"} if kind == "softmax" else {}, line) or TOP
+        else:
+            return TOP
+        return Value(members=(("probs", _kept_in(held, line, f"the `.probs` of `{full.rsplit('.', 1)[-1]}`")),))
 
     def _element(self, comp, env: Env, depth: int) -> Value:
         """What a comprehension's element holds (see `_comprehension_env`)."""
@@ -1747,6 +1790,14 @@ class FileAnalysis:
         if isinstance(flag, cst.Name) and flag.value == "True":
             return trained(v).with_evidence(line, "`requires_grad=True`: moved by training")
         return v
+
+
+def _max_shifted(new: Value, shift: Value, key: Optional[str], line: int) -> Value:
+    """`x -= m` / `x.sub_(m.unsqueeze(-1))` with m the maximum of x: the in-place max-shift
+    leaves every entry <= 0."""
+    if key is None or shift.max_of != key:
+        return new
+    return replace(new, hi=min(new.hi, 0.0)).with_evidence(line, f"shifted by the maximum of `{key}`")
 
 
 def _kept_in(v: Value, line: int, why: str) -> Value:

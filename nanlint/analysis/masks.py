@@ -177,6 +177,23 @@ _MASK_WORDS = re.compile(
 _CASTS = ("float", "double", "half", "bfloat16", "long", "int", "bool", "type_as", "to", "detach")
 
 
+def data_condition(ctx: FileContext, mask: cst.BaseExpression) -> Optional[cst.Comparison]:
+    """The comparison of data a mask is built from, here or a statement earlier (`labels > 0`,
+    `iou >= thr`, `target != ignore`): whether it selects anything is up to the batch, so an
+    empty selection is a fact of the data, not an assumption about callers. None for a mask
+    that comes in from elsewhere (a parameter, an attribute, a dict lookup)."""
+    for cmp in comparisons(ctx, mask):
+        sides = [cmp.left] + [t.comparator for t in cmp.comparisons]
+        if any(number_value(strip_parens(side)) is None for side in sides) and cmp.comparisons:
+            # A comparison rebuilt from `t.gt(x)` has no position: only one written here counts.
+            try:
+                ctx.span(cmp)
+            except KeyError:  # a node made by `comparisons`, not in the file
+                continue
+            return cmp
+    return None
+
+
 def strip_casts(ctx: FileContext, node: cst.BaseExpression) -> cst.BaseExpression:
     """`node` without parentheses and dtype casts (`m.float()`, `m.to(x)`, `x.detach()`)."""
     node = strip_parens(node)

@@ -92,8 +92,9 @@ def sub(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     a, b = args[0], args[1]  # extra positionals (out=, alpha) do not change the value
     out = add([a, neg([b], {}, {}, line)], kw, codes, line)
     if _scalar(a) == 1.0 and b.prob and not b.lo > 0:
-        # 1 - p rounds to 0 where p rounds to 1.
-        out = replace(out, zero="1 - a probability", nonzero=False, lo=max(out.lo, 0.0))
+        # 1 - p rounds to 0 where p rounds to 1; `1 - sigmoid(z)` is `sigmoid(-z)`.
+        out = replace(out, zero="1 - a probability", nonzero=False, lo=max(out.lo, 0.0),
+                      form="1 - sigmoid" if b.form == "sigmoid" else None)
     elif b.prob and _scalar(a) == 1.0:
         out = replace(out, lo=max(out.lo, 0.0))
     return out
@@ -158,7 +159,7 @@ def log(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 
 def sigmoid(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     a = args[0] if args else TOP
-    return Value(lo=0.0, hi=1.0, prob="sigmoid", zero="a sigmoid output", dtype=a.dtype,
+    return Value(lo=0.0, hi=1.0, prob="sigmoid", form="sigmoid", zero="a sigmoid output", dtype=a.dtype,
                  trainable=a.trainable,
                  evidence=(a.evidence + (_ev(line, "sigmoid"),))[-4:])
 
@@ -166,7 +167,7 @@ def sigmoid(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
 def softmax(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     a = args[0] if args else TOP
     dim = codes.get("dim") or codes.get("#1") or IMPLICIT_DIM
-    return Value(lo=0.0, hi=1.0, prob="softmax", simplex_dim=dim, zero="a softmax output",
+    return Value(lo=0.0, hi=1.0, prob="softmax", form="softmax", simplex_dim=dim, zero="a softmax output",
                  dtype=a.dtype, trainable=a.trainable,
                  evidence=(a.evidence + (_ev(line, "softmax"),))[-4:])
 
@@ -365,6 +366,11 @@ CREATION = {
     "empty_like": (-INF, INF, None),
 }
 
+# Casts: the values survive, in another dtype.
+_CASTS = {"half": "float16", "bfloat16": "bfloat16", "float": "float32", "double": "float64"}
+# Ops that make a value exactly a stable function's output (`Value.form`).
+_FORM_OPS = ("sigmoid", "softmax", "sub")
+
 OPS: Dict[str, Transfer] = {
     "add": add, "sub": sub, "mul": mul, "div": div, "neg": neg, "pow": pow_,
     "exp": exp, "log": log, "log2": log, "log10": log,
@@ -392,8 +398,7 @@ OPS: Dict[str, Transfer] = {
         "take_along_dim", "repeat", "flip", "roll", "chunk", "split", "unbind", "T", "mT",
     )},
     **{name: copy for name in ("clone", "detach", "detach_", "contiguous", "cuda", "cpu", "data")},
-    "half": cast("float16"), "bfloat16": cast("bfloat16"), "float": cast("float32"),
-    "double": cast("float64"),
+    **{name: cast(dtype) for name, dtype in _CASTS.items()},
     "bincount": count, "count_nonzero": count, "histc": count,
     "any": any_, "all": any_, "bool": lambda a, k, c, l: _keep(a[0], mask=True) if a else TOP,
     "long": lambda a, k, c, l: _keep(a[0], integer=True) if a else TOP,
@@ -432,6 +437,8 @@ def apply(name: str, args: Args, kw: Kw, codes: Codes, line: int) -> Optional[Va
     out = transfer(args, kw, codes, line)
     if out.max_of is not None and transfer not in (passthrough, copy):
         out = replace(out, max_of=None)  # only indexing and copies keep "the maximum of x"
+    if out.form is not None and not (transfer in (passthrough, copy) or name in _FORM_OPS or name in _CASTS):
+        out = replace(out, form=None)  # `clamp`, `+ eps`...: no longer exactly the function's output
     norm_of = _norm_kept(name, transfer, args, kw)
     if out.norm_of != norm_of:
         out = replace(out, norm_of=norm_of)

@@ -45,6 +45,10 @@ class Value:
     nonzero: bool = False
     # "softmax" / "sigmoid" (a probability, underflows to 0 and rounds to 1), or None.
     prob: Optional[str] = None
+    # The stable function this value is exactly the output of, only selected, reshaped, cast
+    # or copied since ("softmax", "sigmoid", or "1 - sigmoid" for its complement): its log
+    # has an exact stable spelling (`log_softmax`, `logsigmoid`). Any other op drops it.
+    form: Optional[str] = None
     # The dim a softmax normalized over (as written), for a simplex; IMPLICIT_DIM without one.
     simplex_dim: Optional[str] = None
     # 0/1 values (a comparison, a boolean mask).
@@ -172,6 +176,7 @@ def join(a: Optional[Value], b: Optional[Value]) -> Optional[Value]:
         zero=a.zero or b.zero,
         nonzero=a.nonzero and b.nonzero,
         prob=a.prob if a.prob == b.prob else None,
+        form=a.form if a.form == b.form else None,
         simplex_dim=a.simplex_dim if a.simplex_dim == b.simplex_dim else None,
         mask=a.mask and b.mask,
         count=a.count and b.count,

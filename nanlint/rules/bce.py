@@ -271,11 +271,12 @@ def _probe_domains(*exprs: cst.BaseExpression) -> Dict[str, Tuple[float, float]]
 class HandWrittenBCE(Rule):
     code = "NAN301"
     kind = "form"
-    default_enabled = False
+    default_enabled = True
     untuned_precision = (
-        'The false alarm on the test halves clips the prediction into [1e-7, 1 - 1e-7] in a '
-        'helper. A numeric affine squeeze (`0.9 * p + 0.05`) is read as a guard since the tune '
-        'half showed it. Turn it on with `--extend-select NAN301`.'
+        'On by default as one of the hazards the project exists for (seed 003: a model whose '
+        '`forward` ends in a sigmoid, trained with this loss written out). The false alarm on the '
+        'test halves clips the prediction into [1e-7, 1 - 1e-7] in a helper. A numeric affine '
+        'squeeze (`0.9 * p + 0.05`) is read as a guard since the tune half showed it.'
     )
     fails_in = 'all (p rounds to 0 or 1)'
     name = "bce-by-hand"
@@ -283,6 +284,17 @@ class HandWrittenBCE(Rule):
         "Binary cross-entropy written by hand: once p rounds to 0 or 1 (sigmoid(z) is 1.0 from "
         "z = 16.6 in float32, 8.3 in float16), a log is -inf and 0 * -inf makes the loss and its "
         "gradient NaN; use `F.binary_cross_entropy_with_logits` on the logits"
+    )
+    message_through = (
+        "Binary cross-entropy written by hand on a sigmoid output p ({origin}): once p rounds to "
+        "0 or 1 (sigmoid(z) is 1.0 from z = 16.6 in float32, 8.3 in float16), a log is -inf and "
+        "0 * -inf makes the loss and its gradient NaN; where the sigmoid is computed, keep the "
+        "logits z and use `F.binary_cross_entropy_with_logits(z, y)`"
+    )
+    message_softmax = (
+        "Binary cross-entropy written by hand on a softmax output p ({origin}): once p rounds to "
+        "0 or 1, a log is -inf and 0 * -inf makes the loss and its gradient NaN; compute it "
+        "from the logits (`F.cross_entropy`, or `log_softmax` selected)"
     )
     # Exact in real arithmetic, but with-logits does not broadcast and wants a float
     # target: where the hand-written form relied on either, the fix raises. Review it.
@@ -362,7 +374,9 @@ must be cast (`y.float()`); it raises otherwise, it never returns a different va
 is why the fix is marked unsafe: review that `z` and `y` agree in shape and dtype.
 
 Without a visible sigmoid there is no fix: clamp `p` into `[eps, 1 - eps]`, or better, keep
-the logits and use the with-logits loss. When both logs are guarded (`p.clamp(eps, 1 - eps)`,
+the logits and use the with-logits loss. Where the value-flow analysis finds that p is a sigmoid
+computed elsewhere (a model whose `forward` ends in `torch.sigmoid`, an `nn.Sigmoid` attribute, a
+selection of one), the message says where: the logits are there. When both logs are guarded (`p.clamp(eps, 1 - eps)`,
 `log(p + eps)` and `log(1 - p + eps)`, or an affine map the analysis bounds inside (0, 1) such
 as `0.98 * torch.sigmoid(z) + 0.01`) nothing is reported; a log of `p` found inside this
 pattern is left to this rule (NAN201 does not report it again).
@@ -438,6 +452,18 @@ pattern is left to this rule (NAN201 does not report it again).
                     "the log (clamp p into [eps, 1 - eps]), or compute the loss from logits with "
                     "`F.binary_cross_entropy_with_logits`"
                 ),
+                probe=self._clamp_probe(ctx, node, match, domains),
+            )
+            return
+        origin = analysis.stable_form(ctx, match.p) if sigmoid is None else None
+        if origin is not None and origin.form in ("sigmoid", "softmax"):
+            # The probability is computed elsewhere (`forward`, a module attribute, a selection
+            # of one): the stable loss needs its logits, so the change belongs there.
+            message = self.message_through if origin.form == "sigmoid" else self.message_softmax
+            ctx.report(
+                self,
+                node,
+                message=message.format(origin=origin.cite),
                 probe=self._clamp_probe(ctx, node, match, domains),
             )
             return

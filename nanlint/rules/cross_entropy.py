@@ -359,57 +359,52 @@ region (or a function decorated with one) are left alone."""
 class CrossEntropyNoUpcast(_LossRule):
     code = "NAN304"
     kind = "misuse"
-    default_enabled = False
+    default_enabled = True
     untuned_precision = (
-        'A team policy rather than a misuse by its claim: under autocast the loss is already '
-        'computed in float32, so a finding is not a wrong use of the API. Never on by default, '
-        'and not judged.'
+        'On by default as one of the hazards the project exists for (seed 001: a segmentation '
+        'model trained with AMP on CUDA). Inside an autocast region that is evidently on the CPU '
+        '(`torch.autocast("cpu")`, `torch.cpu.amp.autocast()`) nothing is reported: there the '
+        'loss is computed in float32.'
     )
-    fails_in = 'none in normal use (a policy; on CUDA the loss keeps float16 rounding)'
+    fails_in = 'CUDA float16 autocast: the log-softmax runs in float16 (inf from logit gaps near 65504, 2e-4 relative error per target)'
     triggers = r"cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss"
     name = "cross-entropy-no-upcast"
     message = (
-        "Team policy: cross-entropy under autocast without an explicit `.float()` on the "
-        "logits; autocast returns a float32 loss here (on CUDA its log-softmax still runs in "
-        "the logits' dtype), and even that is lost when the call moves out of the autocast "
-        "region; write `logits.float()`"
+        "cross-entropy under autocast without `.float()` on the logits: on CUDA its "
+        "log-softmax runs in the logits' float16 (measured on an H100: `inf` for logits of "
+        "±32768 where `.float()` gives 65536, and up to 2.2e-4 relative error per target); "
+        "CPU autocast computes it in float32; write `logits.float()`"
     )
     fix_applicability = SAFE
     fix_title = "Upcast the logits with `.float()`"
     summary = (
-        "Policy (off by default): `cross_entropy`/`nll_loss` under autocast without an explicit "
-        "`.float()` on the logits."
+        "`cross_entropy`/`nll_loss` under CUDA autocast without an explicit `.float()` on the "
+        "logits: the log-softmax runs in float16."
     )
     why = """\
-This rule is off by default because, as written, the code does not fail in normal use:
-inside `torch.autocast` the loss is a float32 value whatever the dtype of the logits (the
-autocast op reference lists `cross_entropy` and `nll_loss` among the ops that autocast to
-float32). On the CPU that is the whole story: float16 logits of ±32768, 65,520 targets and
-label smoothing over 32,000 classes all give the float32 value there.
+Inside `torch.autocast` on CUDA, `F.cross_entropy` returns a float32 loss, but its
+log-softmax is computed in the dtype of the logits (measured on an H100, torch 2.11). With
+float16 logits each target's loss is off by up to 2.2e-4 relative (9.8e-4 for bfloat16 logits
+under `autocast(bfloat16)`), against 1e-8 with `.float()`, and logits of ±32768 (65536 apart)
+give `inf` where `.float()` gives 65536. The autocast op reference lists `cross_entropy` among
+the ops that run in float32, and the result is float32, which is why this looks safe; the
+computation inside it is not. This is the shape of the segmentation model of seed 001:
+`F.cross_entropy(model(images), masks, ignore_index=255)` under AMP, whose logits for pixels
+that are never trained grow without bound.
 
-On CUDA it is not (measured on an H100, torch 2.11): `F.cross_entropy` on float16 logits
-under `autocast(float16)` returns a float32 loss whose log-softmax was computed in float16.
-Each target's loss is off by up to 2.2e-4 relative (9.8e-4 for bfloat16 logits under
-`autocast(bfloat16)`), against 1e-8 with `.float()`, and logits of ±32768 (65536 apart) give `inf`
-where `.float()` gives 65536. `F.nll_loss(F.log_softmax(logits, -1), y)` under the same
-autocast is float32 throughout. No failure at ordinary logits, so still a policy, but on
-CUDA the explicit upcast does buy float32 accuracy.
+On the CPU, autocast computes the loss in float32 (float16 logits of ±32768, 65,520 targets
+and label smoothing over 32,000 classes all give the float32 value there), so a region that is
+evidently a CPU one is not reported.
 
-Some teams still want the upcast written out, and enable this rule for it:
+`logits.float()` (or `.to(torch.float32)`, or `log_softmax(..., dtype=torch.float32)` before
+`nll_loss`) makes the whole loss float32 on every device, and keeps it so when the call moves
+out of the autocast region (see NAN303 for what fails then). The copy costs one float32 tensor
+of the logits' size.
 
-- the float32 guarantee then lives in the line itself, not in a `with` block that may be
-  several calls up the stack; moving the loss into a helper called outside autocast, or
-  wrapping it in `autocast(enabled=False)`, then silently makes it float16 (see NAN303 for
-  what fails then);
-- the loss has the same dtype (float32) in both the autocast and the plain code path, so
-  logging, `isfinite` guards and loss scaling behave alike;
-- the code does not depend on autocast's op lists, which differ between devices and
-  releases (CPU autocast, for example, keeps `log_softmax` and `sum` in the lower precision).
-
-The rule reports every `cross_entropy` / `nll_loss` / `nn.CrossEntropyLoss` /
-`nn.NLLLoss` call inside an autocast region (a `with torch.autocast(...)`,
-`torch.cuda.amp.autocast()`, `torch.cpu.amp.autocast()` block or a function decorated with
-one) whose input is not explicitly upcast (`.float()`, `.double()`, `.to(torch.float32)`,
+The rule reports every `cross_entropy` / `nll_loss` / `nn.CrossEntropyLoss` / `nn.NLLLoss`
+call inside an autocast region that may run on CUDA (a `with torch.autocast("cuda")`,
+`torch.cuda.amp.autocast()`, `torch.autocast(device_type=device)` block or a function decorated
+with one) whose input is not explicitly upcast (`.float()`, `.double()`, `.to(torch.float32)`,
 or `log_softmax(..., dtype=torch.float32)` for `nll_loss`), also through a local name.
 """
     measured = """\
@@ -466,8 +461,8 @@ the loss in float32, so the value does not change; on CUDA the loss becomes more
 
     def check(self, loss: LossCall, ctx: FileContext) -> None:
         region = ctx.precision.in_autocast
-        if region is None:
-            return
+        if region is None or region.device == "cpu":
+            return  # CPU autocast computes the loss in float32
         if has_upcast(ctx, loss.logits):
             return
         name = _spelled(loss)

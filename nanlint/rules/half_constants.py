@@ -20,6 +20,7 @@ from ..analysis import conditions, masks, repairs
 from ..analysis.dtypes import float16_reason
 from ..context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
 from ..ops import number_value, split_args
+from ..diagnostics import Step
 from ..ranges import FP16_ROUNDS_TO_ZERO, dtype_witness, pass_through
 from .base import UNSAFE, Rule
 
@@ -221,6 +222,9 @@ class VanishingEpsilon(Rule):
     code = "NAN202"
     kind = "value"
     default_enabled = False
+    manifest = (
+        "the float16 path is evident, and it is named (a `.half()` model, a float16 autocast region's matmul output, a project that trains in float16): every finding of this rule has one (it reports only there)."
+    )
     untuned_precision = (
         "Measured earlier by the same claim, on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: the test halves of research repositories in no benchmark, batches 1 to 9, each split and fixed before any finding was read), 1 of 4 findings were real hazards, below the 90% bar; every finding on the tune halves (4) was a false alarm too. "
         "The real one: a decision transformer that runs under its float16 autocast option, where zero-padded rows give 0 / 0 once `1e-8` rounds to 0. The false alarms: float16 evidence that does not hold where the epsilon runs (another model of the project made `.half()`, a real-time voice path whose tensors are all built float32, a relaxed branch nothing calls), and linear-attention normalizers of positive features. "
@@ -422,7 +426,13 @@ expression in float32 instead.
             for name in free_inputs(ctx.canonical(strip_parens(tensor), inline=False)):
                 domains[name] = (low, high)
         probe = _probe_pair(ctx, consumer, strip_parens(literal), replacement, inline=False, domains=domains)
-        ctx.report(self, node, message=message, edits=edits, probe=probe)
+        ctx.report(self, node, message=message, edits=edits, probe=probe, evidence=_float16_path(ctx, node, reason))
+
+
+def _float16_path(ctx: FileContext, node: cst.CSTNode, reason: str) -> Tuple[Step, ...]:
+    """The evidence of a float16 constant's finding: why the code runs in float16 here (the
+    finding is reported only with such a reason, so it is manifest)."""
+    return (Step(ctx.span(node)[0].row, f"float16 here: {reason}"),)
 
 
 # --------------------------------------------------------------------------- NAN203
@@ -432,6 +442,9 @@ class MaskedFillOverflow(Rule):
     code = "NAN203"
     kind = "value"
     default_enabled = False
+    manifest = (
+        "the float16 path is evident, and it is named (a `.half()` model, a float16 autocast region's matmul output, a project that trains in float16): every finding of this rule has one (it reports only there)."
+    )
     untuned_precision = (
         "Measured earlier by the same claim, on code the rule was not tuned on, judged blind by the project's standard (`benchmarks/precision/README.md`: every file of the real-bugs test-half repositories, the test half of the research repositories in no benchmark, and both halves of batches 4 and 5, 80 repositories that train in float16, batch 5 chosen because they fill scores with large constants; each split and fixed before any finding was read), 1 of 5 findings were real hazards, below the 90% bar. "
         "The real one was a large negative fill of a float16 einsum output in the file itself (kornia's LoFTR). The false alarms: a branch no configuration reaches, and three fills in vendored code (`bertabs` twice, Transformer-XL's sampled softmax inside a copy of `pytorch_pretrained_bert`) that the project's float16 line does not run in practice; the fill overflows only where the tensor is float16, and the rule reads that from another file of the project. "
@@ -598,7 +611,7 @@ the finding has no fix. A positive fill beyond 65504 becomes `torch.finfo(x.dtyp
         # An assignment is a statement: the verifier runs expressions only.
         ctx.report(self, node, message=message, edits=edits,
                    probe=(lambda: self._probe(ctx, node, tensor, literal, big, witness, attr, replacement is not None))
-                   if probe else None)
+                   if probe else None, evidence=_float16_path(ctx, node, reason))
 
     def _probe(self, ctx: FileContext, node: cst.Call, tensor, literal, big, witness, attr, fixable):
         """The fill as the verifier can run it: the value as a number (not `float("-1e9")` or a

@@ -22,6 +22,7 @@ from ..diagnostics import Edit
 from ..ops import Op, number_value
 from .base import SAFE, Rule
 from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
+from ..rewrite import source_replacing as _replacing
 from .bce import inside_hand_bce
 from .hand_sigmoid import negate
 
@@ -116,6 +117,12 @@ def _off_zero(ctx: FileContext, x: cst.BaseExpression) -> bool:
     # counts: it keeps the small values apart.
     enforced = analysis.enforced_value_where_kept(ctx, x)
     return enforced.lo >= _FAR_FROM_ZERO or enforced.hi <= -_FAR_FROM_ZERO
+
+
+def _generic_pair(original: str, fixed: str) -> Tuple[cst.BaseExpression, cst.BaseExpression]:
+    """A probe's two sides for a hazard whose operands the verifier cannot rebuild (computed in
+    another method or file): the unstable spelling and its stable form on one free input."""
+    return cst.parse_expression(original), cst.parse_expression(fixed)
 
 
 def _code(node: cst.BaseExpression) -> str:
@@ -221,12 +228,25 @@ class LogOfSoftmax(Rule):
         '104 in float32, and the rewrite is free.'
     )
     fails_in = 'all; float16 first (logit gap > 17)'
-    triggers = r"softmax"
+    # A softmax here, or the log of one computed elsewhere (a module, another file).
+    triggers = r"softmax|Softmax|\blog\b"
     name = "log-of-softmax"
     message = (
         "`log(softmax(x))`: softmax rounds to exactly 0 once a logit trails the row's largest "
         "by more than ~104 in float32 (~17.3 in float16, ~93 in bfloat16), so the log is -inf "
         "and the gradient of the whole row NaN; use `log_softmax`"
+    )
+    message_selected = (
+        "`log` of a softmax output selected or reshaped (`log(softmax(x)[i])` is "
+        "`log_softmax(x)[i]`): softmax rounds to exactly 0 once a logit trails the row's largest "
+        "by more than ~104 in float32 (~17.3 in float16, ~93 in bfloat16), so the log is -inf "
+        "and the gradient of the whole row NaN; select from `log_softmax`"
+    )
+    message_through = (
+        "`log` of a softmax output ({origin}): softmax rounds to exactly 0 once a logit trails "
+        "the row's largest by more than ~104 in float32 (~17.3 in float16, ~93 in bfloat16), so "
+        "the log is -inf and the gradient of the whole row NaN; where the softmax is computed, "
+        "keep the logits (or `log_softmax`) and select from `log_softmax`"
     )
     fix_applicability = SAFE
     fix_title = "Replace with `log_softmax`"
@@ -243,6 +263,35 @@ produce such gaps as a matter of course, and in float16 a gap of 18 is enough.
 `log_softmax(x)` computes `x - max - log(sum(exp(x - max)))` directly: the result is the
 finite number `-g`, and its derivatives (`[i == j] - softmax(x)[i]`) are bounded by 1. It is
 the same function in real arithmetic, with the same arguments (`dim`, `dtype=`).
+
+A selection, reshape or cast between the softmax and the log keeps the form:
+`log(softmax(x)[i])`, `log(probs.gather(1, a))`, `log(p.squeeze(1))` are `log_softmax`
+selected, fixed in place where the softmax is written in the expression
+(`torch.log(F.softmax(x, -1)[idx])` -> `F.log_softmax(x, -1)[idx]`). The value-flow analysis
+follows the softmax further: a local, a method of the class (`p = self.probs(obs)`), a model
+whose `forward` ends in one (`pi = policy(obs)`, `torch.log(pi.gather(1, a))`), an
+`nn.Softmax` held in an attribute or closing an `nn.Sequential`, a member of a tuple or a
+list, a helper function, a parameter that every call of the file passes a softmax, and a module
+of the project imported from another file. There the message cites where the softmax was
+computed ("softmax at line 12, `Policy.forward` via `policy(...)` at line 34") and no fix is
+offered: the change (keep the logits, take `log_softmax`) belongs where the softmax is. A
+softmax that callers the file cannot see may pass is NAN201's value finding, not this form.
+
+Not reported: a selection that cannot hold a 0, where a careful reviewer would not ask for the
+stable form: the probability of an index drawn from the same tensor
+(`probs[rows, torch.multinomial(probs, 1)[:, 0]]`: multinomial never draws a 0) or from
+the logits it is the softmax of, tempered or with entries masked out
+(`Categorical(logits=logits / t).sample()` in a generation loop), and the probability of its
+argmax (the largest of n probabilities is at least 1/n); nor the
+probability of an action the file samples from the same policy (`a = Categorical(model.pi(s)).sample()`, then `torch.log(pi.gather(1, a))` in the
+update, the index named like an action): a Categorical never draws an action of probability
+0, and an on-policy update recomputes the probability it was drawn with. The log of the
+whole distribution (an entropy) is still reported, and so is the sampled action's where the
+file keeps a replay buffer (off-policy: an older policy drew it, the current one may give it
+0). On minimalRL's on-policy scripts (A2C, A3C, actor-critic, PPO, PPO-LSTM, V-trace) a blind
+review judged 7 of 9 such findings false alarms and the 2 on ACER's replayed actions real;
+the logits form was a false alarm in state-spaces/s4's generation script, the argmax form
+in ParlAI's greedy search (both tuning repositories).
 
 A softmax of a tensor written with no variable is a constant and is not reported, unless
 training moves it: `torch.rand(..., requires_grad=True)`, an `nn.Parameter`, or a tensor
@@ -300,46 +349,85 @@ are guarded (and not exactly `log_softmax`)."""
         log = _log_operand(ctx, node)
         if log is None:
             return
-        found = _find(ctx, log.args[0], ("softmax",))
+        argument = log.args[0]
+        found = _find(ctx, argument, ("softmax",))
+        selected = False
         if found is None:
-            self._softmax_module(node, log, ctx)
+            # `log(F.softmax(x, -1)[idx])`, `log(probs.gather(1, a).squeeze(1))`: a selection
+            # commutes with the log, so this is `log_softmax(...)` selected.
+            core = analysis.selected_core(ctx, argument)
+            if core is not argument:
+                found, selected = _find(ctx, core, ("softmax",)), True
+        if found is None:
+            if not self._softmax_module(node, log, ctx):
+                self._through_flow(node, argument, ctx)
             return
         if not found.op.args:
             return
         softmax = found.op
         if _constant(ctx, softmax.args[0], found.env):
             return
+        if selected and analysis.excludes_zero(ctx, argument):
+            # A selection that cannot hold a 0: the probability of a token sampled from it,
+            # of its argmax, entries a filter kept (`p[p > 0]`).
+            return
+        if found.via_local and inside_hand_bce(ctx, node):
+            return  # NAN301 reports the whole BCE; there is no fix to offer here either
         edits: Tuple[Edit, ...] = ()
         if not found.via_local:
             text, imports = _renamed_call(ctx, softmax, "log_softmax")
+            if selected:
+                text = _replacing(ctx, argument, softmax.node, text)
             edits = (_edit(ctx, node, text),) + imports
         # A trainable tensor stays a free input of the probe: its initializer says nothing.
         trained = [
             name for name in free_inputs(ctx.canonical(softmax.args[0], found.env, inline=False))
             if "." not in name and analysis.value(ctx, cst.Name(name)).trainable
         ]
-        fixed = _renamed_canonical(ctx.canonical(softmax.node, found.env, keep=trained), "log_softmax")
+        canonical_softmax = ctx.canonical(softmax.node, found.env, keep=trained)
+        fixed = _renamed_canonical(canonical_softmax, "log_softmax")
+        # The probe runs the log of the softmax itself: the selection changes nothing it tests.
+        original = cst.parse_expression(f"torch.log({_code(canonical_softmax)})") if selected \
+            else ctx.canonical(node, keep=trained)
         ctx.report(
             self, node, edits=edits,
-            probe=ctx.expression_probe(ctx.canonical(node, keep=trained), fixed),
+            message=self.message_selected if selected else None,
+            probe=ctx.expression_probe(original, fixed),
+        )
+
+    def _through_flow(self, node: cst.Call, argument: cst.BaseExpression, ctx: FileContext) -> None:
+        """The log of a softmax computed elsewhere: a method's or `forward`'s return, an
+        `nn.Softmax` attribute, a tuple element, a list, another file; selected or reshaped on
+        the way. The message says where; the fix belongs there, so none is offered."""
+        origin = analysis.stable_form(ctx, argument)
+        if origin is None or origin.form != "softmax" or inside_hand_bce(ctx, node):
+            return
+        dim = origin.dim or "-1"
+        ctx.report(
+            self, node,
+            message=self.message_through.format(origin=origin.cite),
+            probe=ctx.expression_probe(*_generic_pair(f"torch.log(torch.softmax(logits, dim={dim}))",
+                                                      f"torch.log_softmax(logits, dim={dim})")),
         )
 
 
-    def _softmax_module(self, node: cst.Call, log: Op, ctx: FileContext) -> None:
+    def _softmax_module(self, node: cst.Call, log: Op, ctx: FileContext) -> bool:
         """`torch.log(self.softmax(h))` with `self.softmax = nn.Softmax(dim=1)`: the same
-        hazard through a module; the fix is `torch.log_softmax(h, dim=1)`."""
+        hazard through a module; the fix is `torch.log_softmax(h, dim=1)`. False where `log`'s
+        argument is no such call."""
         found = analysis.softmax_module_call(ctx, log.args[0])
         if found is None:
-            return
+            return False
         inner, dim = found
         if _constant(ctx, inner, None):
-            return
+            return True
         spelled, imports = ctx.spell("torch.log_softmax")
         edits = (_edit(ctx, node, f"{spelled}({_src(ctx, inner)}, dim={dim})"),) + imports
         h = node_code(parenthesize(strip_parens(ctx.canonical(inner))))
         original = cst.parse_expression(f"torch.log(torch.softmax({h}, dim={dim}))")
         fixed = cst.parse_expression(f"torch.log_softmax({h}, dim={dim})")
         ctx.report(self, node, edits=edits, probe=ctx.expression_probe(*abstract_calls(original, fixed, ctx=ctx)))
+        return True
 
 
 # ---------------------------------------------------------------------- NAN103
@@ -356,7 +444,8 @@ class LogOfSigmoid(Rule):
         'unstable all the same and `logsigmoid` is free.'
     )
     fails_in = 'all: `log(1 - sigmoid(x))` from x > 16.6 (float32), `log(sigmoid(x))` from x < -88.7 (-17.3 in float16)'
-    triggers = r"sigmoid|expit"
+    # A sigmoid here, or the log of one computed elsewhere (a module, another file).
+    triggers = r"sigmoid|Sigmoid|expit|\blog(1p)?\b"
     name = "log-of-sigmoid"
     message = (
         "`log(sigmoid(x))`: sigmoid rounds to 0 for x below -88.7 in float32 and bfloat16 "
@@ -372,6 +461,22 @@ class LogOfSigmoid(Rule):
         "`log(1 - sigmoid(x))`: `1 - sigmoid(x)` rounds to 0 for x above 16.6 in float32 "
         "(8.3 in float16, 6.25 in bfloat16), so the log is -inf and the gradient NaN; "
         "use `F.logsigmoid(-x)`"
+    )
+    message_selected = (
+        "`log` of a sigmoid output selected or reshaped (`log(sigmoid(x)[i])` is "
+        "`logsigmoid(x)[i]`, `log(1 - sigmoid(x)[i])` is `logsigmoid(-x)[i]`): sigmoid rounds to "
+        "0 below -88.7 and to 1 above 16.6 in float32 (-17.3 and 8.3 in float16), so the log is "
+        "-inf and the gradient NaN; select from `F.logsigmoid`"
+    )
+    message_through = (
+        "`log` of a sigmoid output ({origin}): sigmoid rounds to 0 for x below -88.7 in float32 "
+        "and bfloat16 (-17.3 in float16), so the log is -inf and the gradient NaN; where the "
+        "sigmoid is computed, keep the logits x and use `F.logsigmoid(x)`"
+    )
+    message_through_complement = (
+        "`log(1 - p)` of a sigmoid output p ({origin}): `1 - sigmoid(x)` rounds to 0 for x above "
+        "16.6 in float32 (8.3 in float16, 6.25 in bfloat16), so the log is -inf and the gradient "
+        "NaN; where the sigmoid is computed, keep the logits x and use `F.logsigmoid(-x)`"
     )
     fix_applicability = SAFE
     fix_title = "Replace with `F.logsigmoid`"
@@ -394,7 +499,18 @@ spelled-out form is worth replacing whatever range today's logits have (a Glow c
 `log(sigmoid(h + 2))` in float32 needs h below -90 to fail, and the rewrite is still free).
 Where the sigmoid runs in float16 (a float16 tensor, a float16 autocast region, a project
 configured for float16) the message says so: there `log(sigmoid(x))` fails from x = -17.3.
-Not reported: a sigmoid of a constant, and (the failure being in the value too) nothing else.
+A selection between the sigmoid and the log keeps the form (`log(sigmoid(z)[i])` is
+`logsigmoid(z)[i]`, `log(1 - sigmoid(z).squeeze(-1))` is `logsigmoid(-z).squeeze(-1)`, fixed in
+place), and the value-flow analysis follows a sigmoid computed elsewhere, as for NAN102: a
+local (`q = torch.sigmoid(lin(x)).squeeze(-1)`, then `torch.log(1 - q)`), an `nn.Sigmoid`
+held in an attribute (`self.act = nn.Sigmoid()`), a model whose `forward` returns one, a
+helper, another file of the project. The message then cites where the sigmoid was computed,
+and there is no fix: keep the logits there and use `F.logsigmoid`. Inside a hand-written binary
+cross-entropy, NAN301 reports the whole loss; a `log(1 - sigmoid(z))` there is still reported
+here where this rule has a fix of its own.
+
+Not reported: a sigmoid of a constant, a selection that keeps 0 out, and (the failure being in
+the value too) nothing else.
 """
     example = """\
 ```python
@@ -449,10 +565,13 @@ to float."""
     def visit_Call(self, node: cst.Call, ctx: FileContext) -> None:
         match = self._match(node, ctx)
         if match is None:
+            self._through_flow(node, ctx)
             return
-        sigmoid, complement, via_local = match
+        sigmoid, complement, via_local, selection = match
         argument = sigmoid.op.args[0]
         if _constant(ctx, argument, sigmoid.env):
+            return
+        if selection is not None and analysis.excludes_zero(ctx, selection):
             return
         if not complement and inside_hand_bce(ctx, node):
             # NAN301 rewrites the whole BCE; its `log(1 - sigmoid)` is still reported, with a
@@ -464,52 +583,107 @@ to float."""
             half = computed_in_float16(ctx, argument)
             if half is not None:
                 message = self.message_float16.format(reason=half)
+        if selection is not None:
+            message = self.message_selected
         logsigmoid, imports = ctx.spell("torch.nn.functional.logsigmoid")
         inner = negate(ctx, argument) if complement else strip_parens(argument)
         edits: Tuple[Edit, ...] = ()
         if not via_local:
             inner_code = node_code(inner) if complement else _src(ctx, argument)
-            edits = (_edit(ctx, node, f"{logsigmoid}({inner_code})"),) + imports
+            text = f"{logsigmoid}({inner_code})"
+            if selection is not None:
+                # `log(1 - sigmoid(z).squeeze(-1))` -> `F.logsigmoid(-z).squeeze(-1)`.
+                text = _replacing(ctx, selection, sigmoid.op.node, text)
+            edits = (_edit(ctx, node, text),) + imports
         canonical_argument = strip_parens(ctx.canonical(argument, sigmoid.env))
         if complement:
             canonical_argument = negate(ctx, canonical_argument)
         fixed = cst.parse_expression(
             f"torch.nn.functional.logsigmoid({node_code(canonical_argument)})"
         )
+        # The probe runs the log of the sigmoid itself: a selection changes nothing it tests.
+        canonical_sigmoid = _code(ctx.canonical(sigmoid.op.node, sigmoid.env))
+        original = ctx.canonical(node) if selection is None else cst.parse_expression(
+            f"torch.log(1 - {canonical_sigmoid})" if complement else f"torch.log({canonical_sigmoid})")
         ctx.report(
             self,
             node,
             message=message,
             edits=edits,
-            probe=ctx.expression_probe(ctx.canonical(node), fixed),
+            probe=ctx.expression_probe(original, fixed),
         )
 
-    def _match(self, node: cst.Call, ctx: FileContext) -> Optional[Tuple[Found, bool, bool]]:
-        """(the sigmoid, whether it is `1 - sigmoid`, whether a local was followed)."""
+    def _through_flow(self, node: cst.Call, ctx: FileContext) -> None:
+        """The log of a sigmoid (or of 1 minus one) computed elsewhere: a method's or
+        `forward`'s return, an `nn.Sigmoid` attribute, another file; selected on the way. The
+        message says where; the fix belongs there, so none is offered."""
+        op = ctx.op(node)
+        if op is None or op.name not in ("log", "log1p") or not _unary(op):
+            return
+        argument = op.args[0]
+        if op.name == "log1p":
+            neg = _find(ctx, argument, ("neg",))
+            if neg is None or len(neg.op.args) != 1:
+                return
+            origin = analysis.stable_form(ctx, neg.op.args[0])
+            complement = origin is not None and origin.form == "sigmoid"
+        else:
+            origin = analysis.stable_form(ctx, argument)
+            complement = origin is not None and origin.form == "1 - sigmoid"
+        if origin is None or origin.form == "softmax" or (op.name == "log1p" and not complement):
+            return
+        if inside_hand_bce(ctx, node):
+            return  # NAN301 reports the whole BCE, with the same origin; no fix here either
+        if complement:
+            message, pair = self.message_through_complement, (
+                "torch.log(1 - torch.sigmoid(logits))", "torch.nn.functional.logsigmoid(-logits)")
+        else:
+            message, pair = self.message_through, (
+                "torch.log(torch.sigmoid(logits))", "torch.nn.functional.logsigmoid(logits)")
+        ctx.report(self, node, message=message.format(origin=origin.cite),
+                   probe=ctx.expression_probe(*_generic_pair(*pair)))
+
+    def _match(self, node: cst.Call, ctx: FileContext) -> Optional[Tuple[Found, bool, bool, Optional[cst.BaseExpression]]]:
+        """(the sigmoid, whether it is `1 - sigmoid`, whether a local was followed, the
+        selection written around the sigmoid (`sigmoid(z).squeeze(-1)`) or None)."""
         log = _log_operand(ctx, node)
         if log is not None:
             found = _find(ctx, log.args[0], ("sigmoid", "sub"))
+            selection = None
+            if found is None:
+                core = analysis.selected_core(ctx, log.args[0])
+                found = _find(ctx, core, ("sigmoid",)) if core is not log.args[0] else None
+                selection = log.args[0] if found is not None else None
             if found is None:
                 return None
             if found.op.name == "sigmoid":
-                return (found, False, found.via_local) if _unary(found.op) else None
+                return (found, False, found.via_local, selection) if _unary(found.op) else None
             sub = found.op
             if len(sub.args) != 2 or sub.kwargs or number_value(sub.args[0]) != 1.0:
                 return None
-            sigmoid = _find(ctx, sub.args[1], ("sigmoid",), found.env, found.via_local)
-            if sigmoid is None or not _unary(sigmoid.op):
-                return None
-            return sigmoid, True, sigmoid.via_local
+            return self._sigmoid_of(ctx, sub.args[1], found)
         log1p = _log_operand(ctx, node, "log1p")
         if log1p is None:
             return None
         neg = _find(ctx, log1p.args[0], ("neg",))
         if neg is None or len(neg.op.args) != 1:
             return None
-        sigmoid = _find(ctx, neg.op.args[0], ("sigmoid",), neg.env, neg.via_local)
+        return self._sigmoid_of(ctx, neg.op.args[0], neg)
+
+    @staticmethod
+    def _sigmoid_of(ctx: FileContext, p: cst.BaseExpression, outer: Found) -> Optional[Tuple[Found, bool, bool, Optional[cst.BaseExpression]]]:
+        """The complement's match where `p` (in `1 - p`, `log1p(-p)`) is a sigmoid, directly or
+        selected (`1 - sigmoid(z)[i]`)."""
+        sigmoid = _find(ctx, p, ("sigmoid",), outer.env, outer.via_local)
+        selection = None
+        if sigmoid is None:
+            core = analysis.selected_core(ctx, p)
+            if core is not p:
+                sigmoid = _find(ctx, core, ("sigmoid",), outer.env, outer.via_local)
+                selection = p
         if sigmoid is None or not _unary(sigmoid.op):
             return None
-        return sigmoid, True, sigmoid.via_local
+        return sigmoid, True, sigmoid.via_local, selection
 
 
 # ---------------------------------------------------------------------- NAN104
@@ -852,7 +1026,7 @@ Python numbers, and constants. An `exp` kept in a local variable is reported wit
 class LogsumexpByHand(Rule):
     code = "NAN107"
     kind = "form"
-    default_enabled = False
+    default_enabled = True
     untuned_precision = (
         'The false alarm on the test halves shifts by the row maximum in a form the analysis does '
         "not read. The vocabulary-parallel cross-entropy's in-place shift (`logits.sub_(max)`) "

@@ -9,7 +9,7 @@ import libcst as cst
 from .. import analysis
 from ..analysis import repairs
 from ..context import FileContext, free_inputs, is_atom, node_code, parenthesize, strip_parens
-from ..diagnostics import ProbeInput
+from ..diagnostics import ProbeInput, Step
 from ..ops import number_value
 from ..ranges import can_be_zero, dtype_witness, is_guarded, positive_constant
 from .base import UNSAFE, Rule
@@ -29,9 +29,12 @@ def clamped_at_tiny(function: str, arg: cst.BaseExpression) -> Tuple[cst.BaseExp
 
 
 def log_domain_case(ctx: FileContext, arg: cst.BaseExpression) -> bool:
-    """`log(softmax(x))`, `log(sigmoid(x))`, `log(1 - sigmoid(x))`, directly or through local
-    variables: the log-domain rules (NAN102, NAN103) rewrite these into `log_softmax` /
-    `logsigmoid`, which is better than a clamp; NAN201 leaves them alone."""
+    """`log(softmax(x))`, `log(sigmoid(x))`, `log(1 - sigmoid(x))`, directly, through local
+    variables, selected or computed elsewhere (`analysis.stable_form`): the log-domain rules
+    (NAN102, NAN103) report these as the unstable spellings of `log_softmax` / `logsigmoid`,
+    which is better than a clamp; NAN201 leaves them alone."""
+    if analysis.stable_form(ctx, arg) is not None:
+        return True
     value, env = ctx.resolve(strip_parens(arg), None)
     op = ctx.op(strip_parens(value))
     if op is None:
@@ -49,7 +52,10 @@ def log_domain_case(ctx: FileContext, arg: cst.BaseExpression) -> bool:
 class LogWithoutEpsilon(Rule):
     code = "NAN201"
     kind = "value"
-    default_enabled = False
+    default_enabled = True
+    manifest = (
+        "it names why the value is 0 by construction and where: a ratio of counts (`bincount(y) / len(y)`: a class missing from the batch), a ReLU or `clamp(min=0)` output, `1 - p` of a probability, a softmax a caller passes. Every finding of this rule does (it reports only such values)."
+    )
     untuned_precision = (
         "Measured earlier by the same claim, on code the rule was not tuned on, judged by the project's standard (the test split of the untuned precision corpus, `benchmarks/precision/`, and research repositories judged blind: every file of the 44 real-bugs test-half repositories, and the test half of 122 repositories in no benchmark, split by a hash of the repository name before any finding was read; `benchmarks/precision/README.md`), 2 of 10 findings were real hazards (corpus: 2 of 2; research repositories: 0 of 8), below the 90% bar. The false alarms: the bins of a density fitted by maximum likelihood, KL targets from cosine logits over a temperature (a bounded logit gap), a distribution clamped in place through `.data.clamp_` just before the log, a value overwritten before anything reads it, a regression scale its loss keeps away from 0. Turn it on with `--extend-select NAN201` where probabilities can underflow (float16, unbounded logits)."
     )
@@ -82,19 +88,16 @@ epsilon written as a literal is weaker than it looks in half precision: `1e-8` i
 (every literal at or below 2.98e-8 is), and even `x + 1e-6` has gradient 1/1e-6, which
 overflows float16 to inf.
 
-When the value is a softmax or sigmoid output, the better fix is to stay in log space
-(`log_softmax`, `logsigmoid`): NAN102 and NAN103 report `log(softmax(x))`, `log(sigmoid(x))`
-and `log(1 - sigmoid(x))`, and this rule leaves those to them. A hand-written binary
-cross-entropy is NAN301's, which reports the whole expression once.
-
-The value-flow analysis follows a probability beyond the expression: a softmax or sigmoid
-returned by a method of the class (`p = self.probs(obs)` then `p.gather(...)`), a model
-whose `forward` ends in one (`model = Policy(...)`, `torch.log(model(obs))`), an
-`nn.Softmax`/`nn.Sigmoid` held in an attribute, closing an `nn.Sequential` or held in an
-`nn.ModuleList`/`nn.ModuleDict`, a helper function of the file, or a parameter that the
-file's own calls pass a probability (`_nll(torch.softmax(x, -1))`, then `torch.log(p)` in
-`_nll`); the message cites where the probability came from ("softmax at line 11, passed as
-`p` at line 12"). Guards in other
+A softmax or sigmoid output is not this rule's: its log is the unstable spelling of
+`log_softmax` / `logsigmoid`, which NAN102 and NAN103 report wherever the probability comes
+from (the expression, a local, a selection such as `probs.gather(1, a)`, a method, `forward`,
+a module attribute, another file), with a better fix than a clamp. A hand-written binary
+cross-entropy is NAN301's, which reports the whole expression once. What stays here is the log
+of a value that is 0 by construction for other reasons, and the log of a softmax that a caller
+the file cannot see may pass (a public function of a package: the file's own call passes a
+softmax, others may pass anything); the message cites where the 0 comes from ("a softmax at
+line 11, passed as `p` at line 12"), and every output format carries it as located steps (the
+evidence: `--output-format full` prints them, JSON and SARIF list them). Guards in other
 statements count: `x.clamp_(min=eps)`, `y[y == 0] = eps`, `q.masked_fill_(q <= 0, eps)`, a
 branch or assert that bounds the value, `0.98 * torch.sigmoid(z) + 0.01`.
 
@@ -107,20 +110,7 @@ Not reported: values with no visible origin (a function parameter that the file'
 nothing about, an attribute, a model output whose `forward` the file does not show: the rule
 does not guess), guarded values (`clamp(min=eps)`, `+ eps`, `exp`,
 `softplus`, positive constants), the mask idiom `torch.log(torch.tril(torch.ones(n, n)))`,
-whose -inf entries are the point, the probability of an index drawn from the same tensor
-(`probs[rows, torch.multinomial(probs, 1)[:, 0]]`: multinomial never draws a 0) or from
-the logits it is the softmax of, tempered or with entries masked out
-(`Categorical(logits=logits / t).sample()` in a generation loop), the probability of its
-argmax (the largest of n probabilities is at least 1/n), and the
-probability of an action the file samples from the same policy (`a = Categorical(model.pi(s)).sample()`, then `torch.log(pi.gather(1, a))` in the
-update, the index named like an action): a Categorical never draws an action of probability
-0, and an on-policy update recomputes the probability it was drawn with. The log of the
-whole distribution (an entropy) is still reported, and so is the sampled action's where the
-file keeps a replay buffer (off-policy: an older policy drew it, the current one may give it
-0). On minimalRL's on-policy scripts (A2C, A3C, actor-critic, PPO, PPO-LSTM, V-trace) a blind
-review judged 7 of 9 such findings false alarms and the 2 on ACER's replayed actions real;
-the logits form was a false alarm in state-spaces/s4's generation script, the argmax form
-in ParlAI's greedy search (both tuning repositories).
+whose -inf entries are the point.
 """
     example = """\
 ```python
@@ -222,12 +212,17 @@ those values matter, compute the probability in float32 or stay in log space.
             message += ", or better, return logits and use `log_softmax` / `logsigmoid`"
         elif reason in ("a softmax output", "a sigmoid output"):
             message += ", or better, stay in log space (`log_softmax`, `logsigmoid`)"
+        # The value's producers, as located steps; at least the reason itself, where it is
+        # written (a ReLU, a ratio of counts): a 0 by construction is evidence enough.
+        steps = analysis.evidence_steps(ctx, analysis.value(ctx, arg)) or (
+            Step(ctx.span(arg)[0].row, origin),)
         ctx.report(
             self,
             node,
             message=message,
             edits=self._edits(node, op, arg, ctx),
             probe=self._probe(node, op, arg, ctx, reason, through),
+            evidence=steps,
         )
 
     def _epsilon_subtracted(self, node: cst.Call, op, arg: cst.BaseExpression, ctx: FileContext) -> bool:

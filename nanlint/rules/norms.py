@@ -15,6 +15,7 @@ from .. import analysis
 from ..analysis import expansions, guards, repairs
 from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..ops import Op, number_value
+from ..diagnostics import Step
 from ..ranges import is_guarded
 from .base import SAFE, UNSAFE, Rule
 from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
@@ -254,6 +255,9 @@ class SqrtAtZero(Rule):
     code = "NAN122"
     kind = "value"
     default_enabled = False
+    manifest = (
+        "the root's argument is clamped at exactly 0 (the clamp says the code expects values below 0 there), or x in `sqrt(x ** 2)` is 0 by construction (a ReLU's output)."
+    )
     untuned_precision = (
         "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`, `run.py --select ALL`; 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard) 0 of 9 findings are real on the tune split and 1 of 9 on the test split (an isotropic Hessian that makes a discriminant exactly 0 in a differentiable Newton step), below the 90% bar. "
         "The tune split's false alarms: per-sample gradient norms built in backward hooks from detached tensors, optimizer internals that run without autograd (a `no_grad` caller in another file, a helper that ends in `detach_()`), and a constant geometry. Turn it on with `--extend-select NAN122` in loss code that clamps a squared distance at 0 before its root."
@@ -370,8 +374,11 @@ scale of the values and changes them slightly."""
                 "`sqrt(x ** 2)` is `abs(x)` with a NaN gradient where x is 0 (sqrt's derivative "
                 "there is inf, the square's is 0); use `torch.abs(x)`, whose gradient at 0 is 0"
             )
+            # Manifest where the analysis knows x is 0 by construction (a ReLU, a clamp at 0).
+            zero = analysis.value(ctx, x).zero
+            evidence = (Step(ctx.span(x)[0].row, f"x is {zero}: exactly 0 for some inputs"),) if zero else ()
             ctx.report(self, node, message, edits=edits,
-                       probe=ctx.expression_probe(ctx.canonical(node), fixed))
+                       probe=ctx.expression_probe(ctx.canonical(node), fixed), evidence=evidence)
             return
         evidence = analysis.clamped_to_zero(ctx, inner)
         if evidence is None:
@@ -385,7 +392,9 @@ scale of the values and changes them slightly."""
             "(`clamp(min=1e-12)`) or add an epsilon"
         )
         probe = ctx.expression_probe(ctx.canonical(node), None, domains=analysis.input_domains(ctx, node))
-        ctx.report(self, node, message, probe=probe)
+        # The clamp is the evidence: the code expects values below 0 there and puts them at 0.
+        ctx.report(self, node, message, probe=probe,
+                   evidence=(Step(ctx.span(inner)[0].row, f"clamped at exactly 0: {evidence}"),))
 
 
 class SqrtOfExpandedDistance(Rule):
@@ -535,6 +544,9 @@ class NormalizeByHand(Rule):
     code = "NAN110"
     kind = "value"
     default_enabled = False
+    manifest = (
+        "the vector is a ReLU's or a `clamp(min=0)` output, all 0 for some inputs; a difference or a data vector needs data that is exactly 0: latent."
+    )
     untuned_precision = (
         "Measured earlier by the same claim, on the untuned precision corpus (`benchmarks/precision/`: 86 PyPI packages never used to tune the rules, split by a hash of the package name; every finding read with its function and callers and judged by the project's standard), 0 of 18 on the test split (0 of 8 on the tune split), below the 90% bar. "
         "The false alarms: random Gaussian vectors, learned parameters and embeddings, displacements between distinct atoms, quaternions, rows made non-zero by `x[x == 0] = eps`, and inverse-iteration vectors: vectors that are zero only by a coincidence of learned or random values. Turn it on with `--extend-select NAN110` where such values are not in play."
@@ -675,7 +687,13 @@ zero vector (eps is 0 there): compute the normalization in float32, or pass
                 spelled, imports = ctx.spell("torch.nn.functional.normalize")
                 text = f"{spelled}({_src(ctx, numerator)}, dim={_src(ctx, dim)})"
                 edits = (_edit(ctx, node, text),) + imports
-        ctx.report(self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed))
+        # Manifest where the vector is 0 by construction for some inputs (a ReLU's output,
+        # every entry negative); a difference or a mask needs data that makes it 0: latent.
+        zero = analysis.value(ctx, numerator).zero
+        evidence = (Step(ctx.span(numerator)[0].row, f"the vector is {zero}: all 0 for some inputs"),) \
+            if zero in ("a ReLU output", "clamp(min=0)") else ()
+        ctx.report(self, node, edits=edits, probe=ctx.expression_probe(ctx.canonical(node), fixed),
+                   evidence=evidence)
 
 
 # ---------------------------------------------------------------------- NAN111

@@ -6,7 +6,7 @@ import libcst as cst
 
 from .. import analysis
 from ..context import FileContext, abstract_calls, free_inputs, node_code
-from ..diagnostics import ProbeInput
+from ..diagnostics import ProbeInput, Step
 from .base import Rule
 from .log_eps import clamped_at_tiny
 
@@ -27,6 +27,10 @@ class LogOfUnconstrained(Rule):
         "output through `softplus`"
     )
     triggers = r"\blog|\bsqrt|\brsqrt"
+    manifest = (
+        "the argument is a linear layer's or a convolution's raw output (named, with its line), "
+        "negative for ordinary inputs: every finding of this rule is (it reports only those)."
+    )
     untuned_precision = (
         "Not yet measured on code it was not tuned on: written for issue 33's shape 'the log or "
         "sqrt of an unconstrained output' (a variance or scale taken straight from a linear "
@@ -123,4 +127,8 @@ turns every negative variance into the smallest positive one)."""
         varying = [name for name in free_inputs(original) if not name.endswith(".dtype")]
         domains = {varying[0]: ProbeInput(varying[0], domain=(-10.0, 10.0), evidence=evidence)} \
             if len(varying) == 1 else {}
-        ctx.report(self, node, message=message, probe=ctx.expression_probe(original, fixed, domains))
+        # The layer is the evidence: its raw output takes either sign for ordinary inputs.
+        steps = analysis.evidence_steps(ctx, analysis.value(ctx, op.args[0])) or (
+            Step(ctx.span(op.args[0])[0].row, evidence),)
+        ctx.report(self, node, message=message, probe=ctx.expression_probe(original, fixed, domains),
+                   evidence=steps)
