@@ -740,7 +740,8 @@ def loss_on_probabilities(params: Mapping[str, Any], device: str) -> Verificatio
     fix_holds = finite and grad_f > 0.1
     w = _harness_witness(
         f"{loss} on probabilities, confidently wrong batch (margin {margin:g}, {classes} classes): "
-        f"gradient norm {fmt_number(grad_o)} against {fmt_number(grad_f)} with the expected input "
+        f"gradient norm {fmt_number(grad_o)} against {fmt_number(grad_f)} with the expected input, "
+        f"{fmt_number(float(f'{grad_f / max(grad_o, 1e-300):.2g}'))} times smaller "
         f"(loss {fmt_number(loss_o)} vs {fmt_number(loss_f)}) on {device}", device)
     fw = _harness_witness(f"gradient norm {fmt_number(grad_f)}", device, which="fix")
     return _verdict(original_fails, fix_holds, w, fw, scenario, device,
