@@ -16,15 +16,19 @@ SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
 def _rule(rule) -> Dict[str, Any]:
+    """A rule's metadata, each text once: its summary, its message, and as help the page
+    without the message and the tables of figures (`nanlint rule CODE` and helpUri have the
+    whole page)."""
     return {
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": rule.summary or rule.message},
         "fullDescription": {"text": rule.message},
-        "help": {"text": rule.message, "markdown": render_page(rule)},
+        "help": {"text": f"`nanlint rule {rule.code}` prints this rule's page.",
+                 "markdown": render_page(rule, brief=True)},
         "helpUri": rule_url(rule.code),
         "defaultConfiguration": {"level": "error" if rule.default_enabled else "warning"},
-        "properties": {"tags": ["numerics", "pytorch", rule.kind], "kind": rule.kind, "claim": rule.claim()},
+        "properties": {"tags": ["numerics", "pytorch", rule.kind], "kind": rule.kind},
     }
 
 
@@ -63,7 +67,9 @@ def _fixes(d: Diagnostic, uri: str) -> List[Dict[str, Any]]:
 
 
 def render(diagnostics: List[Diagnostic], **_) -> str:
-    rules = all_rules()
+    # Only the rules that fired, each once: the log is as large as its findings need.
+    fired = {d.code for d in diagnostics}
+    rules = [r for r in all_rules() if r.code in fired]
     index = {r.code: i for i, r in enumerate(rules)}
     results = []
     for d in diagnostics:
@@ -106,4 +112,5 @@ def render(diagnostics: List[Diagnostic], **_) -> str:
             }
         ],
     }
-    return json.dumps(log, indent=2) + "\n"
+    # Compact: indentation would be a fifth of the log for a few findings, most of it for many.
+    return json.dumps(log, separators=(",", ":")) + "\n"
