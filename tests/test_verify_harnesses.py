@@ -124,22 +124,33 @@ def test_clip_after_step_says_plainly_when_it_runs_a_generic_optimizer(params, w
     assert "a generic harness, SGD lr=0.1: " in v.witness.sentence() and why in v.witness.sentence()
 
 
-def test_clip_after_step_finding_carries_the_optimizer_the_file_builds():
+_LOOP = (
+    "import torch\n\n"
+    "def train(model, loader):\n"
+    "    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)\n"
+    "    scaler = torch.amp.GradScaler()\n"
+    "    for x, y in loader:\n"
+    "{body}"
+)
+_ADAMW = {"optimizer": "torch.optim.AdamW", "lr": 3e-4}
+_CLIP = "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+
+
+@pytest.mark.parametrize("code, body, params", [
+    ("NAN401", "        model(x).sum().backward()\n        optimizer.step()\n" + _CLIP,
+     {"clip": "norm", "max_norm": 1.0, **_ADAMW}),
+    ("NAN402", "        scaler.scale(model(x).sum()).backward()\n" + _CLIP
+     + "        scaler.step(optimizer)\n        scaler.update()\n", {"clip": "norm", "max_norm": 1.0, **_ADAMW}),
+    ("NAN403", "        scaler.scale(model(x).sum()).backward()\n        optimizer.step()\n        scaler.update()\n",
+     _ADAMW),
+])
+def test_training_step_findings_carry_the_optimizer_the_file_builds(code, body, params):
+    """The harnesses run the optimizer the code builds: the probe names it, with its lr."""
     from nanlint.engine import lint_source
     from nanlint.rules import get_rule
 
-    source = (
-        "import torch\n\n"
-        "def train(model, loader):\n"
-        "    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)\n"
-        "    for x, y in loader:\n"
-        "        model(x).sum().backward()\n"
-        "        optimizer.step()\n"
-        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-        "        optimizer.zero_grad()\n"
-    )
-    (d,) = lint_source("train.py", source, [get_rule("NAN401")]).diagnostics
-    assert dict(d.probe.params) == {"clip": "norm", "max_norm": 1.0, "optimizer": "torch.optim.AdamW", "lr": 3e-4}
+    (d,) = lint_source("train.py", _LOOP.format(body=body), [get_rule(code)]).diagnostics
+    assert dict(d.probe.params) == params
 
 
 def test_clip_without_unscale_divides_the_limit_by_the_scale():
@@ -174,29 +185,6 @@ def test_scaler_harnesses_run_the_optimizer_the_code_builds():
     v = run_harness("clip-without-unscale", adam, "cpu")
     assert v.verdict == "not-reproduced", v.line()
     assert "with Adam the update norm is" in v.reason and "Adam lr=0.001, as the code builds it" in v.reason
-
-
-def test_scaler_findings_carry_the_optimizer_the_file_builds():
-    from nanlint.engine import lint_source
-    from nanlint.rules import get_rule
-
-    source = (
-        "import torch\n\n"
-        "def train(model, loader):\n"
-        "    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)\n"
-        "    scaler = torch.amp.GradScaler()\n"
-        "    for x, y in loader:\n"
-        "        scaler.scale(model(x).sum()).backward()\n"
-        "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
-        "        scaler.step(optimizer)\n"
-        "        scaler.update()\n"
-    )
-    (d,) = lint_source("train.py", source, [get_rule("NAN402")]).diagnostics
-    assert dict(d.probe.params) == {"clip": "norm", "max_norm": 1.0, "optimizer": "torch.optim.AdamW", "lr": 3e-4}
-    bypass = source.replace("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", "").replace(
-        "scaler.step(optimizer)", "optimizer.step()")
-    (d,) = lint_source("train.py", bypass, [get_rule("NAN403")]).diagnostics
-    assert dict(d.probe.params) == {"optimizer": "torch.optim.AdamW", "lr": 3e-4}
 
 
 @pytest.mark.parametrize(
