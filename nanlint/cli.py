@@ -131,11 +131,8 @@ def check(
     cache_dir: Optional[str],
 ) -> None:
     """Lint PATHS (default: the current directory); `-` reads the source from stdin."""
-    if statistics and output_format not in STATISTICS_FORMATS:
-        raise click.UsageError(
-            f"--statistics cannot be written as --output-format {output_format} "
-            f"(use {' or '.join(STATISTICS_FORMATS)})"
-        )
+    _refuse_combinations(diff=diff, fix=fix, statistics=statistics, show_fixes=show_fixes,
+                         output_format=output_format)
     started = time.perf_counter()
     settings = load_settings(config_path)
     settings = apply_cli(settings, select, extend_select, ignore)
@@ -218,6 +215,25 @@ def check(
     sys.exit(1 if diagnostics and not exit_zero else 0)
 
 
+def _refuse_combinations(diff: bool, fix: bool, statistics: bool, show_fixes: bool, output_format: str) -> None:
+    """Options that cannot act together are a usage error (exit 2), never one silently ignored."""
+    if statistics and output_format not in STATISTICS_FORMATS:
+        raise click.UsageError(
+            f"--statistics cannot be written as --output-format {output_format} "
+            f"(use {' or '.join(STATISTICS_FORMATS)})"
+        )
+    if diff and statistics:
+        raise click.UsageError("--diff prints the fixes as a diff, not findings: it cannot be combined with --statistics")
+    if diff and output_format not in ("text", "concise"):
+        raise click.UsageError(
+            f"--diff prints the fixes as a unified diff: it cannot be written as --output-format {output_format} "
+            "(drop --diff to report the findings in that format)"
+        )
+    if show_fixes and (diff or not fix):
+        raise click.UsageError("--show-fixes lists the fixes --fix applied: use it with --fix"
+                               + (" and without --diff, which applies none" if diff else ""))
+
+
 def _use_color(no_color: bool) -> bool:
     """Colours only on a terminal, and never with --no-color or a non-empty NO_COLOR."""
     if no_color or os.environ.get("NO_COLOR"):
@@ -240,22 +256,27 @@ def _print_fixes(applied, err: bool = False) -> None:
 
 
 def _print_statistics(diagnostics: List[Diagnostic], fmt: str, unsafe: bool, err: bool = False) -> None:
+    """One row per rule: its count, and how many of those findings are fixable (counted per
+    finding: `[*]` when all are, `[ ]` when none is, and `(1 of 2 fixable)` in between)."""
     counts = Counter(d.code for d in diagnostics)
     fixable = Counter(d.code for d in diagnostics if d.is_fixable(unsafe))
     rows = []
     for code, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         name = next((d.name for d in diagnostics if d.code == code), "")
-        rows.append((count, code, fixable[code] == count, name))
+        rows.append((count, code, fixable[code], name))
     if fmt == "json":
         import json
 
         click.echo(json.dumps(
-            [{"code": c, "name": n, "count": k, "fixable": f} for k, c, f, n in rows], indent=2
+            [{"code": c, "name": n, "count": k, "fixable": f == k, "fixable_count": f} for k, c, f, n in rows],
+            indent=2,
         ), err=err)
         return
     width = max((len(str(r[0])) for r in rows), default=1)
-    for count, code, all_fixable, name in rows:
-        click.echo(f"{count:>{width}}\t{code}\t{'[*]' if all_fixable else '[ ]'} {name}", err=err)
+    for count, code, n_fixable, name in rows:
+        mark = "[*]" if n_fixable else "[ ]"
+        some = f" ({n_fixable} of {count} fixable)" if 0 < n_fixable < count else ""
+        click.echo(f"{count:>{width}}\t{code}\t{mark} {name}{some}", err=err)
 
 
 def _print_summary(diagnostics: List[Diagnostic], fix: bool, fixed: int, unsafe: bool, err: bool = False) -> None:

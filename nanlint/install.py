@@ -23,8 +23,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-# Where nanlint is published; what an install of unknown origin is pointed at.
-REPOSITORY = "https://github.com/nanlint/nanlint"
+# nanlint is not published yet (no package index, no public repository): an install of
+# unknown origin is pointed at the clone or wheel it came from.
+FROM_SOURCE = "<your nanlint clone or wheel>"
 # Where a torch build for a given platform and CUDA version is chosen.
 TORCH_INSTALL_URL = "https://pytorch.org/get-started/locally/"
 # The version when neither an installed distribution nor a pyproject.toml says one.
@@ -176,7 +177,7 @@ def install_command(extra: str, origin: Optional[Dict[str, Any]], pip: str = "pi
     PEP 610 `direct_url.json`): from a VCS URL at the commit installed (adding the extra
     does not move nanlint to another commit), from the local directory it was installed
     from (`-e` where that install was editable), from the archive URL it was installed
-    from, else (no origin, or one that is gone) from the repository."""
+    from, else (no origin, or one that is gone) a template naming the clone or wheel."""
     origin = origin or {}
     url = origin.get("url")
     vcs = origin.get("vcs_info")
@@ -197,8 +198,9 @@ def install_command(extra: str, origin: Optional[Dict[str, Any]], pip: str = "pi
         path = _local_path(url)
         if path is None or os.path.isfile(path):
             return f"{pip} install {shlex.quote(f'nanlint[{extra}] @ {url}')}"
-    # Unknown (an index, a source tree that is not installed) or gone (a deleted directory).
-    return f"{pip} install {shlex.quote(f'nanlint[{extra}] @ git+{REPOSITORY}')}"
+    # Unknown (a source tree that is not installed) or gone (a deleted directory or wheel):
+    # nanlint has no public home to point at yet.
+    return f"{pip} install '{FROM_SOURCE}[{extra}]'"
 
 
 def install_hint(extra: str) -> str:

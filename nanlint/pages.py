@@ -57,7 +57,14 @@ def _manifest(rule: Type[Rule]) -> str:
             "it is latent, reported only with `--latent` and marked `(latent)`.")
 
 
-def render_page(rule: Type[Rule]) -> str:
+# Sections of a page that hold measurements: the full page has them; the help a SARIF viewer
+# shows beside each alert (brief) leaves them to the page it links to.
+_FIGURES = ("Where it fails (measured)", "Where it fails (verified)", "Precision on code it was not tuned on")
+
+
+def render_page(rule: Type[Rule], brief: bool = False) -> str:
+    """The rule's page in Markdown; `brief`: without the sections of figures (their titles
+    are listed, with the link to the full page)."""
     parts: List[str] = [f"# {rule.code} {rule.name}", ""]
     parts.append(f"{rule.summary or rule.message}")
     parts.append("")
@@ -67,8 +74,8 @@ def render_page(rule: Type[Rule]) -> str:
     )
     parts.append("")
     parts.append(f"Kind: {rule.kind}. A finding claims that {rule.claim()}.")
-    parts.append("")
-    parts.append(f"Message: {rule.message}.")
+    if not brief:  # a SARIF viewer shows the message beside the help
+        parts += ["", f"Message: {rule.message}."]
     if rule.fails_in:
         parts += ["", f"Fails in: {rule.fails_in}."]
     sections = [
@@ -81,9 +88,16 @@ def render_page(rule: Type[Rule]) -> str:
         ("Manifest and latent findings", _manifest(rule)),
         ("Precision on code it was not tuned on", _untuned(rule)),
     ]
+    left_out = []
     for title, body in sections:
+        if brief and title in _FIGURES:
+            left_out += [title] if body.strip() else []
+            continue
         if body.strip():
             parts += ["", f"## {title}", "", body.strip()]
+    if left_out:
+        parts += ["", f"`nanlint rule {rule.code}` prints the full page, which also has: "
+                  + "; ".join(t.lower() for t in left_out) + "."]
     if rule.references:
         parts += ["", "## References", ""]
         parts += [f"- {ref}" for ref in rule.references]

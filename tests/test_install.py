@@ -17,7 +17,7 @@ import pytest
 
 import nanlint
 from nanlint import install
-from nanlint.install import REPOSITORY, describe, install_command
+from nanlint.install import FROM_SOURCE, describe, install_command
 
 ROOT = Path(__file__).resolve().parent.parent
 SHA = "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
@@ -82,24 +82,27 @@ def _tags() -> set:
 @pytest.mark.parametrize("name", ["README.md", ".pre-commit-hooks.yaml"])
 def test_install_lines_name_no_tag_that_does_not_exist(name):
     text = (ROOT / name).read_text(encoding="utf-8")
-    # Every git URL of nanlint and every pre-commit `rev:`: `main`, a commit, a placeholder
-    # for one, or a tag this repository has (none yet: `@v0.1.0` made pre-commit fail).
-    refs = re.findall(r"git\+https://github\.com/nanlint/nanlint@([^'\"\s]+(?: sha>)?)", text)
-    refs += re.findall(r"^[#\s]*rev:\s*(\S+)", text, re.M)
-    assert refs, f"{name} has no git URL with a ref and no rev"
+    # Every pre-commit `rev:`: `main`, a commit, or a tag this repository has (none yet:
+    # `@v0.1.0` made pre-commit fail).
+    refs = re.findall(r"^[#\s]*rev:\s*(\S+)", text, re.M)
+    assert refs, f"{name} has no rev"
     tags = _tags()
     for ref in refs:
-        assert ref in ("main", "<commit sha>") or re.fullmatch(r"[0-9a-f]{40}", ref) or ref in tags, (
+        assert ref == "main" or re.fullmatch(r"[0-9a-f]{40}", ref) or ref in tags, (
             f"{name} names `{ref}`, which is no branch, commit or tag of this repository"
         )
     assert not re.search(r"nanlint@v\d|rev:\s*v\d", text)
 
 
-def test_the_ci_snippet_installs_from_main():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    ci = readme.split("\n## CI\n", 1)[1].split("\n## ", 1)[0]
-    assert "- run: pip install 'nanlint @ git+https://github.com/nanlint/nanlint@main'" in ci
-    assert "@<commit sha>" in ci  # and says how to pin a commit
+@pytest.mark.parametrize("name", ["README.md", ".pre-commit-hooks.yaml"])
+def test_no_line_a_user_runs_points_at_a_repository_that_does_not_exist(name):
+    """nanlint has no public home yet: an install, pre-commit or CI line that names one
+    cannot work. The README says so once, in words."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    blocks = "\n".join(re.findall(r"^```\w*\n(.*?)^```$", text, re.S | re.M)) if name == "README.md" else text
+    assert "github.com/nanlint" not in blocks and "git+" not in blocks
+    if name == "README.md":
+        assert "nanlint is not published yet" in text
 
 
 # --- the command that adds an extra ---------------------------------------------------------
@@ -129,8 +132,9 @@ def test_a_directory_install_adds_the_extra_from_that_directory(tmp_path):
     assert install_command("report", {"url": url, "dir_info": {}}) == f"pip install '{checkout}[report]'"
 
 
-def test_an_unknown_or_vanished_origin_installs_from_the_repository(tmp_path):
-    expected = f"pip install 'nanlint[verify] @ git+{REPOSITORY}'"
+def test_an_unknown_or_vanished_origin_names_the_clone_or_wheel(tmp_path):
+    # No public repository to point at: the command says what to put there.
+    expected = f"pip install '{FROM_SOURCE}[verify]'"
     assert install_command("verify", None) == expected
     assert install_command("verify", {}) == expected
     gone = (tmp_path / "deleted").as_uri()

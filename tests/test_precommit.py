@@ -164,28 +164,72 @@ def test_check_hook_blocks_and_fix_hook_repairs(tmp_path, hooks):
     assert _git(project, env, "show", "HEAD:model.py") == FIXED
 
 
-def _readme_precommit_snippet() -> str:
-    """The ```yaml block of README.md's `## pre-commit` section, as a user copies it."""
+def _readme_precommit_snippets() -> list:
+    """The ```yaml blocks of README.md's `## pre-commit` section, as a user copies them: the
+    `repo: local` hook, then the clone given by its path."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## pre-commit\n", 1)[1].split("\n## ", 1)[0]
-    found = re.search(r"^```yaml\n(.*?)^```$", section, re.S | re.M)
-    assert found is not None, "no yaml block in the README's pre-commit section"
-    return found.group(1)
+    found = re.findall(r"^```yaml\n(.*?)^```$", section, re.S | re.M)
+    assert len(found) == 2, "the README's pre-commit section should hold two yaml blocks"
+    return found
+
+
+def _with_nanlint_on_path(env: dict) -> dict:
+    """The environment a user commits in after installing nanlint (the README's `local` hook
+    runs the `nanlint` on PATH): this test's own installation."""
+    env = dict(env)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    assert shutil.which("nanlint", path=env["PATH"]), "no nanlint beside this interpreter"
+    return env
+
+
+def test_the_readme_local_hook_works_verbatim(tmp_path):
+    """`repo: local` runs the installed nanlint: the snippet as written blocks a hazard, and
+    its commented alternative entry (the fixing one) rewrites it."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    snippet = _readme_precommit_snippets()[0]
+    assert "repo: local" in snippet and "language: system" in snippet, snippet
+    env = _with_nanlint_on_path(_env(tmp_path))
+    project = tmp_path / "project"
+    project.mkdir()
+    _git(project, env, "init", "-q")
+    config = project / ".pre-commit-config.yaml"
+    config.write_text(snippet)
+    (project / "model.py").write_text(HAZARD)
+    _git(project, env, "add", "-A")
+    ran = _run([sys.executable, "-m", "pre_commit", "run", "--all-files"], project, env)
+    assert ran.returncode == 1, ran.stdout
+    assert "model.py:5:12: NAN102" in ran.stdout, ran.stdout
+    assert (project / "model.py").read_text() == HAZARD
+
+    # The other entry the snippet offers, uncommented in place of the first.
+    report = re.search(r"^(\s*)entry: (nanlint --force-exclude)(.*)$", snippet, re.M)
+    fixing = re.search(r"^(\s*)# entry: (nanlint --fix --force-exclude)(.*)$", snippet, re.M)
+    assert report and fixing, snippet
+    swapped = snippet.replace(report.group(0), "").replace(fixing.group(0), f"{fixing.group(1)}entry: {fixing.group(2)}")
+    config.write_text(swapped)
+    fixed = _run([sys.executable, "-m", "pre_commit", "run", "--all-files"], project, env)
+    assert fixed.returncode == 1 and "files were modified by this hook" in fixed.stdout, fixed.stdout
+    assert (project / "model.py").read_text() == FIXED
 
 
 def test_the_readme_snippet_works_verbatim_and_autoupdate_freeze_pins_a_commit(tmp_path, hooks):
     hooks_repo, rev, home = hooks
     env = _env(tmp_path, home)
-    snippet = _readme_precommit_snippet()
-    # Only the repository's address changes: this checkout's snapshot stands in for GitHub.
-    assert snippet.count("https://github.com/nanlint/nanlint") == 1, snippet
+    snippet = _readme_precommit_snippets()[1]
+    # Only the path changes: this checkout's snapshot stands in for the user's clone.
+    placeholder = "/path/to/nanlint"
+    assert snippet.count(placeholder) == 1, snippet
     assert re.search(r"^    rev: main$", snippet, re.M), snippet
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"`{placeholder}`" in readme  # the README says to write the clone's path there
 
     project = tmp_path / "project"
     project.mkdir()
     _git(project, env, "init", "-q")
     config = project / ".pre-commit-config.yaml"
-    config.write_text(snippet.replace("https://github.com/nanlint/nanlint", hooks_repo.as_posix()))
+    config.write_text(snippet.replace(placeholder, hooks_repo.as_posix()))
     (project / "model.py").write_text(HAZARD)
     _git(project, env, "add", "-A")
 
@@ -194,14 +238,14 @@ def test_the_readme_snippet_works_verbatim_and_autoupdate_freeze_pins_a_commit(t
     assert "model.py:5:12: NAN102" in ran.stdout, ran.stdout
     # The warning the README describes for a branch name.
     assert "appears to be a mutable reference" in ran.stdout, ran.stdout
-    assert "mutable reference" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "mutable reference" in readme
 
     # `autoupdate --freeze` with no tag in the repository: the SHA of the commit main is at.
     updated = _run([sys.executable, "-m", "pre_commit", "autoupdate", "--freeze"], project, env)
     assert updated.returncode == 0, updated.stdout
     pinned = re.findall(r"^    rev: (\S+)$", config.read_text(), re.M)
     assert pinned == [rev] and re.fullmatch(r"[0-9a-f]{40}", rev), config.read_text()
-    assert config.read_text() == snippet.replace("https://github.com/nanlint/nanlint", hooks_repo.as_posix()).replace(
+    assert config.read_text() == snippet.replace(placeholder, hooks_repo.as_posix()).replace(
         "rev: main", f"rev: {rev}"
     )
 

@@ -188,6 +188,40 @@ def test_statistics_with_a_format_it_cannot_serve_is_an_error(cli, tmp_path, fmt
     assert cli("--statistics", "--output-format", "json", "m.py")[0] == 1
 
 
+def test_statistics_count_fixable_findings_one_by_one(cli, tmp_path):
+    """A rule with one fixable finding and one without a fix is neither `[*]` nor `[ ]`."""
+    (tmp_path / "m.py").write_text(
+        "import torch\n\n"
+        "def f(x):\n"
+        "    a = torch.log(torch.softmax(x, -1))\n"
+        "    p = torch.softmax(x, -1)\n"
+        "    return a, torch.log(p)\n"
+    )
+    code, out, _ = cli("--statistics", "m.py")
+    assert code == 1
+    assert out.splitlines()[0] == "2\tNAN102\t[*] log-of-softmax (1 of 2 fixable)"
+    code, out, _ = cli("--statistics", "--output-format", "json", "m.py")
+    assert json.loads(out) == [{"code": "NAN102", "name": "log-of-softmax", "count": 2, "fixable": False,
+                                "fixable_count": 1}]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--diff", "--output-format", "json"], "--diff prints the fixes as a unified diff: it cannot be written as --output-format json"),
+    (["--diff", "--output-format", "sarif"], "--diff prints the fixes as a unified diff: it cannot be written as --output-format sarif"),
+    (["--diff", "--statistics"], "--diff prints the fixes as a diff, not findings: it cannot be combined with --statistics"),
+    (["--show-fixes"], "--show-fixes lists the fixes --fix applied: use it with --fix"),
+    (["--fix", "--diff", "--show-fixes"], "--show-fixes lists the fixes --fix applied: use it with --fix and without --diff"),
+])
+def test_options_that_cannot_combine_are_a_usage_error(cli, tmp_path, args, says):
+    """Never silently ignored: exit 2, one sentence, nothing written."""
+    path = tmp_path / "m.py"
+    path.write_text(HAZARD)
+    code, out, err = cli(*args, "m.py")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"nanlint: error: {says}") and err.count("\n") == 1, err
+    assert path.read_text() == HAZARD
+
+
 def test_diff_prints_the_unsafe_fixes_hint(cli, tmp_path):
     (tmp_path / "pyproject.toml").write_text(ACOS_ON)
     (tmp_path / "m.py").write_text(TWO)

@@ -74,8 +74,13 @@ def test_a_fix_less_accurate_than_the_original_is_said_in_words_and_in_the_plot(
     note = [n for n in v.notes if "less accurate than the original" in n]
     assert note, v.notes
     # torch.sigmoid's float16 gradient is 0 from z ~ 8, where the hand-written form tracks float64.
-    m = re.search(r"; float16 for inputs of magnitude ([\d.]+)( to ([\d.]+))?", note[0])
+    m = re.search(r"; in float16, ≥9 of 11 bits wrong at inputs of magnitude ([\d.]+)( to ([\d.]+))? "
+                  r"\(float64 at most ([\d.e-]+)\)", note[0])
     assert m and 7.5 <= float(m.group(1)) <= 8.5, note[0]
+    # The note carries its measure: against float64, in bits of the dtype, and how small the
+    # true gradient is there (sigmoid'(8) = 3.4e-4: a fact about torch.sigmoid's backward).
+    assert float(m.group(4)) < 1e-3, note[0]
+    assert "measured against float64" in note[0] and "in float32, ≥18 of 24 bits wrong" in note[0]
     assert not re.search(r"magnitude ([\d.]+) to \1\b", note[0]), note[0]  # never "7.62 to 7.62"
     assert "gradient w.r.t. z" in note[0]
     drawn = plot_drawing(v.sweep)

@@ -20,8 +20,18 @@ Kw = Dict[str, Value]
 Codes = Dict[str, str]
 Transfer = Callable[[Args, Kw, Codes, int], Value]
 
-# exp(x) overflows to inf above this (float32); NUMERICS.md.
+# Where each dtype runs out (NUMERICS.md; tests/test_dtype_edges.py measures them again).
+# exp(x) overflows to inf above this (float32 for None). It is also where 1/p overflows for
+# p = exp(-x): the gradient of log(p) at a probability below 1/max of the dtype.
 EXP_OVERFLOW = {"float16": 11.09, "bfloat16": 89.0, "float32": 88.73, None: 88.73}
+# exp(-x) rounds to exactly 0 above this (below half the dtype's smallest subnormal): a
+# softmax or sigmoid output that is exactly 0, whose log is -inf.
+EXP_UNDERFLOW = {"float16": 17.34, "bfloat16": 92.75, "float32": 103.98, None: 103.98}
+
+
+def stated(edge: float) -> str:
+    """An edge as a message states it, to three digits: `11.1`, `88.7`, `104`."""
+    return f"{edge:.3g}"
 
 
 def _safe(f, x: float, default: float) -> float:
@@ -468,4 +478,4 @@ def joined(values: List[Value]) -> Value:
     return out or TOP
 
 
-__all__ = ["OPS", "CREATION", "GRADIENT_CUTS", "NUMBER_METHODS", "apply", "gradient", "EXP_OVERFLOW", "joined"]
+__all__ = ["OPS", "CREATION", "GRADIENT_CUTS", "NUMBER_METHODS", "apply", "gradient", "EXP_OVERFLOW", "EXP_UNDERFLOW", "stated", "joined"]

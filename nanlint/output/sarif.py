@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from .. import rule_url
-from ..diagnostics import Diagnostic
+from ..diagnostics import Diagnostic, Step
 from ..install import version
 from ..rules import all_rules
 from ..pages import render_page
@@ -16,15 +16,19 @@ SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
 def _rule(rule) -> Dict[str, Any]:
+    """A rule's metadata, each text once: its summary, its message, and as help the page
+    without the message and the tables of figures (`nanlint rule CODE` and helpUri have the
+    whole page)."""
     return {
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": rule.summary or rule.message},
         "fullDescription": {"text": rule.message},
-        "help": {"text": rule.message, "markdown": render_page(rule)},
+        "help": {"text": f"`nanlint rule {rule.code}` prints this rule's page.",
+                 "markdown": render_page(rule, brief=True)},
         "helpUri": rule_url(rule.code),
         "defaultConfiguration": {"level": "error" if rule.default_enabled else "warning"},
-        "properties": {"tags": ["numerics", "pytorch", rule.kind], "kind": rule.kind, "claim": rule.claim()},
+        "properties": {"tags": ["numerics", "pytorch", rule.kind], "kind": rule.kind},
     }
 
 
@@ -62,8 +66,21 @@ def _fixes(d: Diagnostic, uri: str) -> List[Dict[str, Any]]:
     ]
 
 
+def _step(i: int, step: Step, uri: str) -> Dict[str, Any]:
+    """An evidence step as a related location: its line in the file (or the other project
+    file it is in); in a notebook the cell is named in the message, the file alone located."""
+    location: Dict[str, Any] = {"id": i, "message": {"text": str(step) if step.cell is not None else step.note}}
+    physical: Dict[str, Any] = {"artifactLocation": {"uri": _uri(step.path) if step.path else uri}}
+    if step.row and step.cell is None:
+        physical["region"] = {"startLine": step.row}
+    location["physicalLocation"] = physical
+    return location
+
+
 def render(diagnostics: List[Diagnostic], **_) -> str:
-    rules = all_rules()
+    # Only the rules that fired, each once: the log is as large as its findings need.
+    fired = {d.code for d in diagnostics}
+    rules = [r for r in all_rules() if r.code in fired]
     index = {r.code: i for i, r in enumerate(rules)}
     results = []
     for d in diagnostics:
@@ -88,6 +105,11 @@ def render(diagnostics: List[Diagnostic], **_) -> str:
         fixes = _fixes(d, uri)
         if fixes:
             result["fixes"] = fixes
+        if d.evidence:
+            # The steps that show the value reaching the hazard, as SARIF's related locations.
+            result["relatedLocations"] = [_step(i, s, uri) for i, s in enumerate(d.evidence)]
+        if d.latent:
+            result["properties"] = {"latent": True}
         results.append(result)
     log = {
         "$schema": SCHEMA,
@@ -106,4 +128,5 @@ def render(diagnostics: List[Diagnostic], **_) -> str:
             }
         ],
     }
-    return json.dumps(log, indent=2) + "\n"
+    # Compact: indentation would be a fifth of the log for a few findings, most of it for many.
+    return json.dumps(log, separators=(",", ":")) + "\n"

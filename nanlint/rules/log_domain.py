@@ -17,6 +17,7 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis.dtypes import computed_in_float16
+from ..analysis.transfer import EXP_OVERFLOW, EXP_UNDERFLOW, stated
 from ..context import FileContext, abstract_calls, free_inputs, node_code, parenthesize, strip_parens
 from ..diagnostics import Edit
 from ..ops import Op, number_value
@@ -216,6 +217,18 @@ def _single_dim(ctx: FileContext, node: Optional[cst.BaseExpression], env: Env) 
 # ---------------------------------------------------------------------- NAN102
 
 
+# Where `log(softmax(x))` fails, both edges from the one table the analysis uses: the gradient
+# fails first (the verifier's witnesses are gradient failures at log-probabilities just past it).
+_SOFTMAX_EDGES = (
+    f"once a log-probability falls below -{stated(EXP_OVERFLOW['float16'])} in "
+    f"float16 (-{stated(EXP_OVERFLOW['float32'])} in float32 and bfloat16), a logit about that far "
+    "below the row's largest, the log's gradient 1/softmax overflows and the row's gradient "
+    f"turns NaN; from -{stated(EXP_UNDERFLOW['float16'])} (-{stated(EXP_UNDERFLOW['float32'])} in "
+    f"float32, -{stated(EXP_UNDERFLOW['bfloat16'])} in bfloat16) softmax is exactly 0 and the log "
+    "-inf"
+)
+
+
 class LogOfSoftmax(Rule):
     code = "NAN102"
     kind = "form"
@@ -227,38 +240,37 @@ class LogOfSoftmax(Rule):
         '`no_grad`); by the form claim those are correct: the value is -inf once the gap passes '
         '104 in float32, and the rewrite is free.'
     )
-    fails_in = 'all; float16 first (logit gap > 17)'
+    fails_in = (f'all; float16 first (gradient from a logit gap of ~{stated(EXP_OVERFLOW["float16"])}, '
+                f'value from ~{stated(EXP_UNDERFLOW["float16"])})')
     # A softmax here, or the log of one computed elsewhere (a module, another file).
     triggers = r"softmax|Softmax|\blog\b"
     name = "log-of-softmax"
-    message = (
-        "`log(softmax(x))`: softmax rounds to exactly 0 once a logit trails the row's largest "
-        "by more than ~104 in float32 (~17.3 in float16, ~93 in bfloat16), so the log is -inf "
-        "and the gradient of the whole row NaN; use `log_softmax`"
-    )
+    message = f"`log(softmax(x))`: {_SOFTMAX_EDGES}; use `log_softmax`"
     message_selected = (
         "`log` of a softmax output selected or reshaped (`log(softmax(x)[i])` is "
-        "`log_softmax(x)[i]`): softmax rounds to exactly 0 once a logit trails the row's largest "
-        "by more than ~104 in float32 (~17.3 in float16, ~93 in bfloat16), so the log is -inf "
-        "and the gradient of the whole row NaN; select from `log_softmax`"
+        f"`log_softmax(x)[i]`): {_SOFTMAX_EDGES}; select from `log_softmax`"
     )
     message_through = (
-        "`log` of a softmax output ({origin}): softmax rounds to exactly 0 once a logit trails "
-        "the row's largest by more than ~104 in float32 (~17.3 in float16, ~93 in bfloat16), so "
-        "the log is -inf and the gradient of the whole row NaN; where the softmax is computed, "
-        "keep the logits (or `log_softmax`) and select from `log_softmax`"
+        "`log` of a softmax output ({origin}): " + _SOFTMAX_EDGES + "; where the softmax is "
+        "computed, keep the logits (or `log_softmax`) and select from `log_softmax`"
     )
     fix_applicability = SAFE
     fix_title = "Replace with `log_softmax`"
-    summary = "`log(softmax(x))`: -inf and NaN gradients once softmax underflows to 0."
-    why = """\
+    summary = "`log(softmax(x))`: NaN gradients once 1/softmax overflows, -inf once softmax underflows to 0."
+    why = f"""\
 `softmax(x)` divides `exp(x - max)` by its sum. A logit that trails the largest one in its row
-by a gap `g` gets the probability `exp(-g)`, and that rounds to exactly 0 once it falls below
-half the dtype's smallest subnormal: for `g` above 103.98 in float32, 92.75 in bfloat16 and
-only 17.34 in float16. `log(0)` is `-inf`; in the backward pass `1/0 = inf` meets that zero probability,
-`inf * 0` is NaN, and the softmax backward sums it over the row: every logit of the row gets a
-NaN gradient, not only the one that underflowed. Confident classifiers and attention scores
-produce such gaps as a matter of course, and in float16 a gap of 18 is enough.
+by a gap `g` gets a probability of about `exp(-g)` (a little less where several logits share
+the lead: its log-probability is `-g - log(k)` for `k` of them).
+
+The gradient fails first. The derivative of `log(p)` is `1/p`, and once `p` is below
+1/max of the dtype, a log-probability below -{EXP_OVERFLOW["float16"]} in float16 and
+-{EXP_OVERFLOW["float32"]} in float32 and bfloat16, `1/p` is `inf`; the softmax backward multiplies
+it by `p` and subtracts the row's sum, `inf - inf` is NaN, and every logit of the row gets a
+NaN or infinite gradient, not only the one that is small. Further out, `p` rounds to exactly 0
+(below half the dtype's smallest subnormal: `g` above {EXP_UNDERFLOW["float32"]} in float32,
+{EXP_UNDERFLOW["bfloat16"]} in bfloat16 and only {EXP_UNDERFLOW["float16"]} in float16) and the value
+itself is `log(0) = -inf`. Confident classifiers and attention scores produce such gaps as a
+matter of course, and in float16 a gap of 11.1 is enough.
 
 `log_softmax(x)` computes `x - max - log(sum(exp(x - max)))` directly: the result is the
 finite number `-g`, and its derivatives (`[i == j] - softmax(x)[i]`) are bounded by 1. It is
@@ -324,11 +336,17 @@ torch 2.13 on the CPU; `x` is one row of two logits; gradient of the output's su
 
 | logits | dtype | `log(softmax(x, -1))` | `log_softmax(x, -1)` |
 |---|---|---|---|
-| [0, -103.98] | float32 | [0, -inf], gradient [NaN, NaN] | [0, -103.98], gradient [-1, 1] |
+| [0, -11] | float16 | [0, -11], gradient [-1, 0.9995] | [0, -11], gradient [-1, 1] |
+| [0, -11.09] | float16 | [0, -11.09], gradient [-inf, NaN] | [0, -11.09], gradient [-1, 1] |
 | [0, -17.34] | float16 | [0, -inf], gradient [NaN, NaN] | [0, -17.34], gradient [-1, 1] |
+| [0, -88.73] | float32 | [0, -88.73], gradient [-inf, NaN] | [0, -88.73], gradient [-1, 1] |
+| [0, -103.98] | float32 | [0, -inf], gradient [NaN, NaN] | [0, -103.98], gradient [-1, 1] |
+| [0, -89] | bfloat16 | [0, -89], gradient [-inf, NaN] | [0, -89], gradient [-1, 1] |
 | [0, -93] | bfloat16 | [0, -inf], gradient [NaN, NaN] | [0, -93], gradient [-1, 1] |
 
-Below those gaps both agree. With ten logits, one of them 110 and the others 0 (float32),
+Below the first gap of each dtype both agree. With four float16 logits `[-5.25, 5.25, -5.25,
+5.25]` (a gap of 10.5, two logits sharing the lead) the log-probabilities are -11.2 and the
+gradient is `[NaN, -inf, NaN, -inf]`: past -11.09, as above. With ten logits, one of them 110 and the others 0 (float32),
 nine outputs are `-inf` and all ten gradient entries NaN.
 """
     fix_notes = """\

@@ -460,7 +460,18 @@ class _Found:
     # Finite but much less accurate than the original (a value or gradient flushed to 0 where
     # the original tracks float64), per context name: candidates and the inputs' span.
     fix_worse: Dict[str, List[Candidate]] = field(default_factory=dict)
-    fix_worse_span: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    fix_worse_span: Dict[str, "_Worse"] = field(default_factory=dict)
+
+
+@dataclass
+class _Worse:
+    """Where, in one context, the fix is finite but less accurate than the original: the
+    inputs' magnitudes, the largest |float64 value| there, and the dtype the bits count in."""
+
+    lo: float
+    hi: float
+    reference: float
+    dtype: torch.dtype
 
 
 @dataclass
@@ -710,20 +721,32 @@ def _fix_less_accurate(p: Prepared, ctx, index: int, batch: Batch, ro: Run, rf: 
         _add(cands, rows, fail, which="fix", bits=torch.where(worse, b_f, torch.zeros_like(b_f)),
              batch=batch, ctx=ctx, index=index, p=p)
         mags = batch.magnitude[rows]
-        lo, hi = float(mags.min()), float(mags.max())
+        seen = _Worse(float(mags.min()), float(mags.max()), float(ref.double()[worse].abs().max()), dt)
         old = found.fix_worse_span.get(ctx.name)
-        found.fix_worse_span[ctx.name] = (min(lo, old[0]), max(hi, old[1])) if old else (lo, hi)
+        if old is not None:
+            seen = _Worse(min(seen.lo, old.lo), max(seen.hi, old.hi), max(seen.reference, old.reference), dt)
+        found.fix_worse_span[ctx.name] = seen
 
 
 def _fix_worse_note(found: _Found) -> Optional[str]:
+    """The note with its measure: against what (float64), by how many bits of which dtype,
+    where (the inputs' magnitudes) and how large the true value is there. It is a fact about
+    the fix (torch.sigmoid's gradient is 0 once sigmoid rounds to 1), not a verdict: the true
+    values there are small, and the fix holds."""
     if not found.fix_worse:
         return None
     best = _best([c for cs in found.fix_worse.values() for c in cs])
-    where = "; ".join(f"{name} for inputs of magnitude {_span_text(lo, hi)}"
-                      for name, (lo, hi) in found.fix_worse_span.items())
+    where = "; ".join(
+        f"in {name}, ≥{fmt_number(C.accuracy_failure_bits(w.dtype))} of "
+        f"{'' if name.startswith(C.dtype_name(w.dtype)) else C.dtype_name(w.dtype) + chr(39) + 's '}"
+        f"{C.PRECISION[w.dtype]} bits wrong at inputs of magnitude {_span_text(w.lo, w.hi)} (float64 at "
+        f"most {fmt_number(float(f'{w.reference:.3g}'))})"
+        for name, w in found.fix_worse_span.items())
     what = "value" if best.where == "forward" else f"gradient w.r.t. {best.wrt}"
-    return (f"the fix is finite but less accurate than the original (its {what} loses most of its "
-            f"bits where the original tracks float64) in {where}; e.g. {best.sentence()}")
+    return (f"the fix is finite but less accurate than the original where the true {what} is small: "
+            f"measured against float64, the fix's {what} loses three quarters or more of its significand "
+            f"bits (often it is exactly 0) where the original's error is at most a quarter of them: {where}; "
+            f"e.g. {best.sentence()}")
 
 
 def _span_text(lo: float, hi: float) -> str:
