@@ -4,6 +4,8 @@
     v = analysis.value(ctx, expr)          # a Value at the node being visited
     analysis.cite(ctx, v)                  # "softmax at line 12, returned by `Agent.probs` ..."
     analysis.zero_reason(ctx, expr)        # why exact 0 is reachable, with its evidence
+    analysis.stable_form(ctx, expr)        # expr is exactly a softmax/sigmoid output, and from where
+    analysis.evidence_steps(ctx, v)        # a value's evidence as located steps for a finding
     analysis.half_evidence(ctx)            # this function runs in float16/bfloat16, and why
     analysis.no_gradient(ctx, expr)        # why no gradient reaches expr (no_grad, detach, ...)
     analysis.backward_reaches(ctx, op, x)  # the backward pass evaluates op's derivative at x
