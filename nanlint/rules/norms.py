@@ -128,8 +128,12 @@ whose gradient is finite), and, since the hazard is in the gradient only, norms 
 gradient reaches: code where autograd is off (`torch.no_grad()` / `torch.inference_mode()`
 blocks and decorators, a custom `torch.autograd.Function`, an optimizer's `step`), norms of
 `.grad`, `.data` or `.detach()` values, of tensors made without `requires_grad`
-(`torch.randn(n, d)`, a registered buffer) or of values computed under `no_grad` a few
-statements earlier, results turned into numbers at once (`.item()`), and sums of constants.
+(`torch.randn(n, d)`, a registered buffer, `torch.from_numpy`) or of values computed under
+`no_grad` a few statements earlier, values derived from detached ones by any torch function
+(a cross product, `einsum`, `gather` with its index, the pieces of a `chunk`), norms whose
+every use ends in `.detach()`, a comparison, an index or `.item()` (also through the lists
+given to `torch.stack`/`torch.cat` and a chain of local names: a local frame built from edge
+vectors and returned detached), and sums of constants.
 A tensor marked `requires_grad` later, or filled in place from one that carries a gradient,
 is reported.
 

@@ -847,7 +847,10 @@ bfloat16: both sin(3x) and x are tiny there and their ratio's derivative comes o
 `torch.sinc(t)` is sin(pi t) / (pi t) with the limit 1 at t = 0, and a gradient of 0 there,
 so `sin(k x) / x = k * torch.sinc(k x / pi)` holds everywhere, 0 included.
 
-Not reported where the divisor is kept away from 0 (an epsilon, a clamp, `arange(1, n)`), or
+Not reported where the divisor is kept away from 0 (an epsilon, a clamp, `arange(1, n)`; a
+positive constant or loop index, such as the frequency `k` of a Fourier series' term
+`sin(k * w * t) / k` with `for k in range(1, n)`, `2 * i + 1` or `2 * math.pi`: a
+coefficient, not the variable of a sinc), or
 where a condition tests it: an enclosing `if`, an earlier `assert` or early return, or a
 `torch.where` around the quotient (its forward value is repaired there; what is left in the
 gradient is NAN112's finding).
