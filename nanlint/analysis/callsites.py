@@ -526,14 +526,14 @@ class CallSites:
                 mentions = self._mentions(word)
             elif isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
                     and target.value.value == "self":
-                # `self.weigh`: the calls and mentions in the class that made it.
+                # `self.weigh`: called only through `self` in the class that made it.
                 owner = next((n for n in reversed(site.stack) if isinstance(n, cst.ClassDef)), None)
                 if owner is None:
                     return None
                 word = target.attr.value
                 calls = [c for c in index.by_attr.get(word, []) if any(n is owner for n in c.stack)
                          and isinstance(c.call.func.value, cst.Name) and c.call.func.value.value == "self"]  # type: ignore[attr-defined]
-                mentions = len(re.findall(r"\." + re.escape(word) + r"\b", ctx.code(owner)))
+                mentions = self._mentions(word)  # anywhere: `model.weigh` may call it with anything
             else:
                 return None
             if mentions != 1 + len(calls):
