@@ -86,11 +86,13 @@ class SqrtOfSumOfSquares(Rule):
     default_enabled = False
     untuned_precision = (
         'Most false alarms are norms no gradient reaches through code the analysis does not '
-        'follow: a builder whose result is returned `.detach()`ed, target assignment and anchor '
-        'matching under a `no_grad` caller in another module, dataset statistics, metrics and '
-        'optimizer internals; a few apply to tensors the rewrite cannot take (KeOps LazyTensors, '
-        'sparse tensors). Values that are only compared, used as an index or read as a number are '
-        'recognised (`analysis/uses.py`). Turn it on with `--extend-select NAN109` for loss code.'
+        'follow: target assignment and anchor matching under a `no_grad` caller in another '
+        'module, dataset statistics, metrics and optimizer internals; a few apply to tensors the '
+        'rewrite cannot take (KeOps LazyTensors, sparse tensors). Values that are only compared, '
+        'used as an index, read as a number or returned `.detach()`ed (also through stacked lists '
+        'and a chain of local names: rotation frames built from edge vectors), and values derived '
+        'from detached ones by any torch function, are recognised (`analysis/uses.py`, the '
+        'flow\'s gradient fact). Turn it on with `--extend-select NAN109` for loss code.'
     )
     fails_in = 'all (gradient at 0)'
     name = "sqrt-of-sum-of-squares"

@@ -823,7 +823,8 @@ class SincByHand(Rule):
     default_enabled = False
     untuned_precision = (
         'The false alarms are divisors kept off 0 by a mask or an epsilon the analysis did not '
-        'follow.'
+        'follow. A positive constant inside the sine is no longer taken for the divisor '
+        '(`sin(pi * x) / pi / x` of a windowed-sinc filter, a Fourier term `sin(k * t) / k`).'
     )
     fails_in = "all (x = 0); float16 and bfloat16 near 0 (gradient)"
     name = "sinc-by-hand"
