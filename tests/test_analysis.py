@@ -854,3 +854,110 @@ def test_flow_facts_a_raw_layer_output_is_the_last_thing_the_value_went_through(
     path.write_text(source)
     found = [(d.start.row, d.code) for d in lint_source(str(path), source, [get_rule("NAN127")]).diagnostics]
     assert found == [(16, "NAN127")]
+
+
+# ---------------------------------------------------------------- where a value's uses go
+
+REGION = '''\
+import torch
+
+
+def f(a, clip, frames):
+    max(1, round(float(torch.exp(a) - 1)))
+    torch.clamp_min(torch.ceil(torch.exp(a) - 1), 1)
+    torch.ceil(torch.exp(a) - 1)
+    (torch.exp(a) - 1).abs() > clip
+    (torch.exp(a) - 1) > 0
+    (torch.exp(a) - 1).clamp(min=0.5)
+    ((torch.exp(a) - 1) / a).round()
+    ((torch.exp(a) - 1) / frames).round()
+    n = torch.exp(a) - 1
+    n = n.clamp(min=1.0)
+    kept = n.sum()
+'''
+
+
+def test_region_discarded_names_the_consumer_that_throws_the_values_near_0_away():
+    import libcst as cst
+
+    from nanlint.analysis.uses import region_discarded
+
+    def query(ctx, node):
+        parent = [n for n in ctx.stack if isinstance(n, cst.BinaryOperation)]
+        return region_discarded(ctx, parent[-1], 0.01) if parent else None
+
+    seen = _query_each_call("m.py", REGION, "torch.exp", query)
+    assert seen[5] == "rounded to an integer (`round`)"
+    assert seen[6] == "rounded, then floored at 1"
+    assert seen[7] is None  # ceil tells 1e-9 from 0: it needs a floor of at least 1 after it
+    assert seen[8] == "only compared with a threshold"
+    assert seen[9] is None  # a test against 0 is where the relative error lies
+    assert seen[10] == "clamped to at least 0.5, which overwrites the values near 0"
+    assert seen[11] is None  # divided by what shrinks with it: the error grows
+    assert seen[12] == "rounded to an integer (`.round()`)"
+    # Reassigned in the same block: the reads after it see the clamped value.
+    assert seen[13] == "clamped to at least 1, which overwrites the values near 0"
+
+
+FRAME = '''\
+import torch
+
+
+def frame(edges, w):
+    length = torch.sqrt((edges ** 2).sum(-1, keepdim=True))
+    x_axis = edges / length
+    z_axis = torch.cross(x_axis, torch.roll(x_axis, 1, -1), dim=-1)
+    out = torch.stack([x_axis, z_axis], dim=-1)
+    out = out.transpose(-1, -2)
+    return out.detach()
+
+
+def kept(edges):
+    length = torch.sqrt((edges ** 2).sum(-1, keepdim=True))
+    out = torch.stack([edges / length, edges], dim=-1)
+    return out
+'''
+
+
+def test_no_gradient_follows_uses_through_stacked_lists_and_a_chain_of_names():
+    seen = _no_gradient_of_each_sqrt("m.py", FRAME)
+    assert seen[5] == "its value is only read by `.detach()`"
+    assert seen[14] is None  # returned as it is
+
+
+def test_a_range_loop_binds_an_integer_index_and_math_constants_are_numbers():
+    import math
+
+    source = (
+        "import math\nimport torch\n\n\ndef f(x, n):\n"
+        "    for k in range(1, n):\n        torch.sin(k * x)\n"
+        "    for i in range(n):\n        torch.sin(i * x)\n"
+        "    for c in (1, 3, 5):\n        torch.sin(c * x)\n"
+        "    torch.sin(2 * math.pi * x)\n"
+    )
+
+    def factor(ctx, node):
+        v = analysis.value(ctx, node.args[0].value.left)
+        return v.lo, v.integer, v.excludes_zero
+
+    seen = _query_each_call("m.py", source, "torch.sin", factor)
+    assert seen[7] == (1.0, True, True)
+    assert seen[9] == (0.0, True, False)
+    assert seen[11] == (1.0, True, True)
+    assert seen[12][0] == 2 * math.pi and seen[12][2]
+
+
+def test_a_helper_called_through_partial_takes_the_values_its_holder_is_called_with():
+    source = (
+        "from functools import partial\nimport torch\nfrom torch import nn\n\n\n"
+        "def _gate(x, k):\n    return torch.sqrt(x * k)\n\n\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self, n, k=2.0):\n        super().__init__()\n"
+        "        self.register_buffer('stats', torch.ones(n))\n"
+        "        self.gate = partial(_gate, k=k)\n\n"
+        "    def forward(self, h):\n        return h * self.gate(self.stats)\n"
+    )
+    seen = _no_gradient_of_each_sqrt("m.py", source)
+    assert seen[7] is not None and "torch.ones" in seen[7]
+    escaped = source + "\n\ndef other(m):\n    return m.gate\n"
+    assert _no_gradient_of_each_sqrt("m.py", escaped)[7] is None  # the holder is read elsewhere

@@ -81,6 +81,9 @@ _HARMLESS = "|".join(_SAME_INSTANCE + ("parameters", "named_parameters", "buffer
 class Site(NamedTuple):
     call: cst.Call
     stack: Tuple[cst.CSTNode, ...]  # the call's ancestors, the module first
+    # The `functools.partial(fn, ...)` call the call goes through: its arguments are bound
+    # first, evaluated where it was made.
+    partial: Optional["Site"] = None
 
 
 class _Index:
@@ -454,7 +457,11 @@ class CallSites:
                     continue
                 sites.append(site)
             if name in index.name_refs:
-                resolved = False
+                through = self._partial_calls(name, outer, len(candidates))
+                if through is None:
+                    resolved = False
+                else:
+                    sites.extend(through)
             return sites, resolved, False
         if name == "__init__":
             owners = [c for c in fa.classes if fa.method(c, "__init__") is fn]
@@ -494,6 +501,45 @@ class CallSites:
                 sites.append(site)
                 via_self = False
         return sites, resolved, via_self and bool(sites)
+
+    def _partial_calls(self, name: str, outer: Optional[cst.FunctionDef], direct: int) -> Optional[List[Site]]:
+        """The calls of function `name` made through `functools.partial(name, ...)` bound to a
+        local or an attribute (`self.weigh = partial(_squash, gain=g)`, then
+        `self.weigh(self.ratio)`), each with the partial's arguments bound first; None where
+        the name or such a holder is used any other way (passed on, stored elsewhere)."""
+        index = self.index
+        ctx = self.fa.ctx
+        made = [site for site in index.by_name.get("partial", []) + index.by_attr.get("partial", [])
+                if ctx.qualname(site.call.func) == "functools.partial" and site.call.args
+                and isinstance(site.call.args[0].value, cst.Name) and site.call.args[0].value.value == name
+                and site.call.args[0].keyword is None and not site.call.args[0].star]
+        if not made or self._mentions(name) != 1 + direct + len(made):
+            return None
+        sites: List[Site] = []
+        for site in made:
+            if outer is not None and not any(n is outer for n in site.stack):
+                return None
+            target = _single_target(site.call, site.stack[-1] if site.stack else None)
+            if isinstance(target, cst.Name):
+                word = target.value
+                calls = index.by_name.get(word, [])
+                mentions = self._mentions(word)
+            elif isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
+                    and target.value.value == "self":
+                # `self.weigh`: called only through `self` in the class that made it.
+                owner = next((n for n in reversed(site.stack) if isinstance(n, cst.ClassDef)), None)
+                if owner is None:
+                    return None
+                word = target.attr.value
+                calls = [c for c in index.by_attr.get(word, []) if any(n is owner for n in c.stack)
+                         and isinstance(c.call.func.value, cst.Name) and c.call.func.value.value == "self"]  # type: ignore[attr-defined]
+                mentions = self._mentions(word)  # anywhere: `model.weigh` may call it with anything
+            else:
+                return None
+            if mentions != 1 + len(calls):
+                return None  # the holder is passed on, or assigned more than once
+            sites.extend(Site(c.call, c.stack, site) for c in calls)
+        return sites if len(sites) <= MAX_SITES else None
 
     # ------------------------------------------------------------------ autograd
     def only_without_autograd(self, fn: cst.FunctionDef, depth: int = 3) -> Optional[Evidence]:
@@ -772,19 +818,25 @@ class CallSites:
     def _bind(self, site: Site, params: List[cst.Param]) -> Dict[str, Value]:
         fa = self.fa
         env = self._env(site)
+        # Through `partial(fn, a, k=b)`: a and b are bound first, as they were where it was made.
+        made = site.partial
+        made_env = self._env(made) if made is not None else None
         split = split_args(site.call.args)
-        if env is None or split is None:
+        first = split_args(made.call.args[1:]) if made is not None else ([], {})
+        if env is None or split is None or first is None or (made is not None and made_env is None):
             return {}
-        positional, keywords = split
         line = fa.token(site.call)
         out: Dict[str, Value] = {}
         names = [p.name.value for p in params]
-        for i, arg in enumerate(positional):
+        positional = [(arg, made_env) for arg in first[0]] + [(arg, env) for arg in split[0]]
+        keywords = {**{k: (arg, made_env) for k, arg in first[1].items()},
+                    **{k: (arg, env) for k, arg in split[1].items()}}
+        for i, (arg, where) in enumerate(positional):
             if i < len(names):
-                out[names[i]] = fa.eval(arg, env)
-        for key, arg in keywords.items():
+                out[names[i]] = fa.eval(arg, where)
+        for key, (arg, where) in keywords.items():
             if key in names:
-                out[key] = fa.eval(arg, env)
+                out[key] = fa.eval(arg, where)
         for pname in list(out):
             out[pname] = out[pname].with_evidence(line, f"passed as `{pname}`")
         for p in params:

@@ -28,6 +28,7 @@ caller's summary never waits on its callee's callers.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
@@ -191,6 +192,13 @@ def _finfo_attribute(ctx, node: cst.Attribute) -> Optional[Value]:
     if ctx.qualname(call.func) not in FINFO_FUNCTIONS:
         return None
     return interval(*bounds, nograd=Evidence(0, f"`finfo.{node.attr.value}`"))
+
+
+# Functions of torch's tensor namespaces (not classes, not `torch.nn.Module`s or utilities).
+_TORCH_FUNCTION = re.compile(r"^torch\.(?:linalg\.|fft\.|special\.|nn\.functional\.)?[a-z_][a-z0-9_]*$")
+# Numbers a module names (`2 * math.pi * k`: a frequency is positive).
+_MATH_CONSTANTS = {f"{module}.{name}": value for module in ("math", "torch", "numpy")
+                   for name, value in (("pi", math.pi), ("e", math.e), ("tau", math.tau))}
 
 
 def _euclidean(op) -> bool:
@@ -772,6 +780,9 @@ class FileAnalysis:
         buf[::-1]`, `reversed(buf)`, `zip(rewards, probs)`, `enumerate(probs)`), where the
         analysis knows them."""
         it = strip_parens(it)
+        counted = self._range_index(it, env)
+        if counted is not None:
+            return counted
         if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value == "values" \
                 and not it.args:
             it = strip_parens(it.func.value)
@@ -788,10 +799,28 @@ class FileAnalysis:
                 return Value(members=(("0", Value(lo=0.0, integer=True, nograd=Evidence(0, "an index"))),
                                       ("1", inner[0])))
             return None
-        if not isinstance(it, (cst.Name, cst.Attribute)):
+        if not isinstance(it, (cst.Name, cst.Attribute, cst.List, cst.Tuple)):
             return None
-        held = self.eval(it, env)
+        held = self.eval(it, env)  # (a display holds its elements: `for k in (1, 3, 5)`)
         return _join_members(held.members)
+
+    def _range_index(self, it: cst.BaseExpression, env: Env) -> Optional[Value]:
+        """What `for k in range(a, b)` binds: an integer from `a` (0 without it) below `b`, no
+        tensor (a Fourier series' `sin(k * x) / k` divides by k >= 1). None for another
+        iterable, or a step that is not a positive number."""
+        if not (isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "range"
+                and self.ctx.qualname(it.func) is None and it.func.value not in self.functions):
+            return None
+        split = split_args(it.args)
+        if split is None or split[1] or not 1 <= len(split[0]) <= 3:
+            return None
+        bounds = split[0]
+        if len(bounds) == 3 and not (number_value(strip_parens(bounds[2])) or 0) > 0:
+            return None
+        start = self.eval(bounds[0], env) if len(bounds) > 1 else point(0.0)
+        stop = self.eval(bounds[-1] if len(bounds) == 1 else bounds[1], env)
+        lo, hi = start.lo, max(start.lo, stop.hi - 1)
+        return Value(lo=lo, hi=hi, nonzero=lo > 0, integer=True, nograd=Evidence(0, "a loop index"))
 
     def _element_of(self, it: cst.BaseExpression, env: Env) -> Value:
         """An element of an iterable argument (`extend(xs)`): a display's join, else unknown."""
@@ -1051,7 +1080,9 @@ class FileAnalysis:
                     # independent draws.
                     self.assign(inner, replace(value, draw=f"{value.draw}/{i}"), env)
                 else:
-                    self.assign(inner, TOP, env)
+                    # `c, d = x.detach().chunk(2)`: pieces of a value no gradient reaches.
+                    piece = Value(nograd=value.nograd) if value.members is None and value.nograd else TOP
+                    self.assign(inner, piece, env)
         elif isinstance(target, cst.Attribute):
             key = dotted_name(target)
             if key is None:
@@ -1319,6 +1350,9 @@ class FileAnalysis:
             finfo = _finfo_attribute(self.ctx, node)
             if finfo is not None:
                 return finfo
+            constant = _MATH_CONSTANTS.get(self.ctx.qualname(node) or "")
+            if constant is not None:
+                return point(constant)
             if node.attr.value in ("grad", "shape", "ndim", "dtype", "device") and self.ctx.qualname(node) is None:
                 # A gradient read as data (optimizer code), or metadata: nothing to differentiate.
                 what = "a `.grad` tensor" if node.attr.value == "grad" else f"`.{node.attr.value}`"
@@ -1472,7 +1506,9 @@ class FileAnalysis:
             return replace(out or TOP, norm_of=_code(self.ctx, _undetached(op.args[0])))
         if op.name == "div" and len(args) == 2 and args[1].norm_of is not None:
             return self._over_norm(out or TOP, args, op.args[0], self.token(node))
-        return out or TOP
+        if out is None:  # an op the table does not know: only its operands' gradient fact
+            return transfer.gradient(TOP, op.name, args, kw, self.token(node))
+        return out
 
     def _over_norm(self, out: Value, args: List[Value], numerator: cst.BaseExpression, line: int) -> Value:
         """A division by a norm: a dot product (or a cosine) over norms is a cosine (the
@@ -1505,7 +1541,7 @@ class FileAnalysis:
             # NumPy and SciPy compute outside autograd: no gradient reaches their results.
             return Value(nograd=Evidence(line, f"a NumPy array (`{_code(ctx, func)}(...)`)"))
         if full in _DOT_CALLS:
-            return Value(dot=True)
+            return replace(self._untracked(list(positional) + list(keywords.values()), env, depth, line), dot=True)
         if full is not None:
             return self._eval_torch(full, node, positional, keywords, env, depth, line)
         if isinstance(func, cst.Name):
@@ -1674,7 +1710,7 @@ class FileAnalysis:
             step = self.eval(positional[2], env, depth - 1) if len(positional) >= 3 else point(1.0)
             lo = start if step.lo > 0 else -INF
             return Value(lo=lo, nonzero=lo > 0, integer=True, nograd=made)
-        if full in ("torch.tensor", "torch.scalar_tensor") and positional:
+        if full in ("torch.tensor", "torch.scalar_tensor", "torch.from_numpy") and positional:
             # A new leaf: its data is copied, its history is not.
             inner = replace(self.eval(positional[0], env, depth - 1), nograd=made)
             return self._requires_grad(inner, keywords, line)
@@ -1720,6 +1756,8 @@ class FileAnalysis:
             args = [self.eval(a, env, depth - 1) for a in positional]
             out = transfer.apply(short, args, {}, {}, line)
             return out if out is not None else TOP
+        if full is not None and _TORCH_FUNCTION.match(full):
+            return self._untracked(list(positional) + list(keywords.values()), env, depth, line)
         return TOP
 
     def _distribution(self, full: str, positional, keywords, env: Env, depth: int, line: int) -> Value:
@@ -1735,6 +1773,14 @@ class FileAnalysis:
         else:
             return TOP
         return Value(members=(("probs", _kept_in(held, line, f"the `.probs` of `{full.rsplit('.', 1)[-1]}`")),))
+
+    def _untracked(self, operands: Sequence[cst.BaseExpression], env: Env, depth: int, line: int) -> Value:
+        """A torch function the table does not know (`einsum`, `cross`, `cdist`): nothing about
+        its values, but it differentiates only through its tensor arguments, so no gradient
+        flows where none of them carries one (a value derived from detached ones)."""
+        values = [self.eval(a, env, depth - 1) for a in operands
+                  if not isinstance(strip_parens(a), (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))]
+        return transfer.gradient(TOP, None, values, {}, line)
 
     def _element(self, comp, env: Env, depth: int) -> Value:
         """What a comprehension's element holds (see `_comprehension_env`)."""

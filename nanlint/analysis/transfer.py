@@ -425,15 +425,23 @@ GRADIENT_CUTS = {
 }
 
 
+# Where an op takes its integer indices (receiver or input first).
+INDEX_OPERAND = {"gather": 2, "index_select": 2, "take_along_dim": 1}
+
 # Methods that read a tensor out as Python numbers or an array: autograd does not follow.
 NUMBER_METHODS = ("item", "tolist", "numpy")
 
 
 def gradient(out: Value, name: Optional[str], args: Args, kw: Kw, line: int) -> Value:
     """`out` with the gradient fact an op's result has: none where the op cuts it or where
-    no operand carries one (the first operand's reason is kept), else it may flow."""
+    no operand carries one (the first operand's reason is kept), else it may flow. Indices
+    (`gather`'s, `index_select`'s) are integers: they carry none."""
     if name in GRADIENT_CUTS:
         return replace(out, nograd=Evidence(line, GRADIENT_CUTS[name]))
+    if name in INDEX_OPERAND:
+        at = INDEX_OPERAND[name]
+        args = [a for i, a in enumerate(args) if i != at]
+        kw = {k: v for k, v in kw.items() if k not in ("index", "indices")}
     operands = list(args) + list(kw.values())
     if operands and all(a.nograd is not None for a in operands):
         return out if out.nograd is not None else replace(out, nograd=operands[0].nograd)

@@ -99,7 +99,10 @@ every caller of a private helper applies (a public function of a package may be 
 elsewhere with anything). A default such as `k=50` is not such a guard: someone may pass
 another value. Inside `torch.no_grad()` / `torch.inference_mode()`, where the result is only
 compared, used as an index or read as a number, the reciprocal forms are not reported (only
-their gradient fails); `exp(z) / (1 + exp(z))`, NaN in the value too, still is.
+their gradient fails), nor where every call the file makes to a private or nested helper that
+computes one passes a value no gradient reaches (a buffer of statistics accumulated from
+detached scores), also through `functools.partial(helper, ...)` bound to an attribute;
+`exp(z) / (1 + exp(z))`, NaN in the value too, still is.
 """
     example = """\
 ```python

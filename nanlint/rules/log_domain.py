@@ -18,6 +18,7 @@ import libcst as cst
 from .. import analysis
 from ..analysis.dtypes import computed_in_float16
 from ..analysis.transfer import EXP_OVERFLOW, EXP_UNDERFLOW, stated
+from ..analysis.uses import region_discarded
 from ..context import FileContext, abstract_calls, free_inputs, node_code, parenthesize, strip_parens
 from ..diagnostics import Edit
 from ..ops import Op, number_value
@@ -860,6 +861,14 @@ and `log` returns 0, a 100% relative error. This is silent: no NaN, no inf, and 
 returns of prices, `log(1 + rate)`, small probabilities and penalties.
 
 `log1p(x)` computes the same function without forming `1 + x`, to full precision.
+
+Not reported where the code keeps x off 0 (an integer or a count, a mask, a clamp, a branch
+or a `torch.where` that keeps it at least 0.01 from 0), nor where every use of the result
+throws away the values near 0, where the error is (`analysis/uses.py`): the result rounded
+to an integer (`round`, `trunc`, `int()`, `.long()`; `floor` or `ceil` only with a floor of at
+least 1 after them), only compared with a threshold at least 0.01 from 0, or clamped to a
+bound at least 0.01 from 0. A result kept as a float, compared with 0, or divided by a value
+that shrinks with it is reported.
 """
     example = """\
 ```python
@@ -911,6 +920,8 @@ A sum kept in a local variable is reported without a fix."""
         operand = _plus_one_operand(total.op)
         if operand is None or _constant(ctx, operand, total.env) or _off_zero(ctx, operand):
             return
+        if region_discarded(ctx, node, _FAR_FROM_ZERO):
+            return  # rounded, compared with a threshold, clamped away from 0
         if _find(ctx, operand, ("exp",), total.env) is not None:
             return  # log(1 + exp(x)) is softplus: NAN104
         edits: Tuple[Edit, ...] = ()
@@ -946,7 +957,10 @@ class ExpMinusOne(Rule):
         'indices on a grid, a constant near 1 computed at initialisation, and a term bounded in '
         "[2/3, 1] by construction. Most correct findings are diffusion solvers' `exp(h) - 1` for "
         'a step h that shrinks with the number of steps, KL estimators from log-ratios and symexp '
-        'transforms.'
+        'transforms. Results rounded to an integer (durations floored at one frame) or only '
+        'compared with a threshold (PPO clip fractions, a KL estimate tested against its target) '
+        'are no longer reported: the consumer throws away the values near 0 (five test-half '
+        'findings judged correct before the claim said so).'
     )
     fails_in = 'all (accuracy only)'
     triggers = r"\bexp\b"
@@ -971,6 +985,18 @@ exactly 1 and the result is 0, a 100% relative error. No NaN or inf results and 
 `(exp(x) - 1) / x` terms, in compound-rate and Poisson formulas.
 
 `expm1(x)` computes `exp(x) - 1` without the cancellation, to full precision.
+
+Not reported where the code keeps x off 0 (an integer or a count, a clamp, a branch or a
+`torch.where` that sends small x to `expm1`), nor where every use of the result throws away
+the values near 0, where the error is (`analysis/uses.py`; a reviewer would not ask for
+`expm1` there): the result rounded to an integer (`round`, `trunc`, `int()`, `.long()`;
+`floor` or `ceil` only with a floor of at least 1 after them, as a duration in frames
+`max(1, ceil(d))`), only compared with a threshold at least 0.01 from 0
+(`(ratio - 1).abs() > clip`, as a mask or a count of clipped ratios), or clamped to a bound at
+least 0.01 from 0 (`clamp(min=0.5)`), which overwrites them. Additions, products, selections
+and casts on the way keep the error a rounding step. Still reported: a division by a value
+that shrinks with it (`(exp(x) - 1) / x`), a comparison with 0, `ceil` with no floor after it,
+and a result kept as a float (the KL estimate `(exp(r) - 1) - r` of a log-ratio `r`).
 """
     example = """\
 ```python
@@ -1028,6 +1054,8 @@ Python numbers, and constants. An `exp` kept in a local variable is reported wit
         argument = exp.op.args[0]
         if _constant(ctx, argument, exp.env) or _off_zero(ctx, argument):
             return
+        if region_discarded(ctx, node, _FAR_FROM_ZERO):
+            return  # rounded, compared with a threshold, clamped away from 0
         edits: Tuple[Edit, ...] = ()
         if not exp.via_local:
             text, imports = _renamed_call(ctx, exp.op, "expm1")

@@ -87,11 +87,13 @@ class SqrtOfSumOfSquares(Rule):
     default_enabled = False
     untuned_precision = (
         'Most false alarms are norms no gradient reaches through code the analysis does not '
-        'follow: a builder whose result is returned `.detach()`ed, target assignment and anchor '
-        'matching under a `no_grad` caller in another module, dataset statistics, metrics and '
-        'optimizer internals; a few apply to tensors the rewrite cannot take (KeOps LazyTensors, '
-        'sparse tensors). Values that are only compared, used as an index or read as a number are '
-        'recognised (`analysis/uses.py`). Turn it on with `--extend-select NAN109` for loss code.'
+        'follow: target assignment and anchor matching under a `no_grad` caller in another '
+        'module, dataset statistics, metrics and optimizer internals; a few apply to tensors the '
+        'rewrite cannot take (KeOps LazyTensors, sparse tensors). Values that are only compared, '
+        'used as an index, read as a number or returned `.detach()`ed (also through stacked lists '
+        'and a chain of local names: rotation frames built from edge vectors), and values derived '
+        'from detached ones by any torch function, are recognised (`analysis/uses.py`, the '
+        'flow\'s gradient fact). Turn it on with `--extend-select NAN109` for loss code.'
     )
     fails_in = 'all (gradient at 0)'
     name = "sqrt-of-sum-of-squares"
@@ -129,8 +131,12 @@ whose gradient is finite), and, since the hazard is in the gradient only, norms 
 gradient reaches: code where autograd is off (`torch.no_grad()` / `torch.inference_mode()`
 blocks and decorators, a custom `torch.autograd.Function`, an optimizer's `step`), norms of
 `.grad`, `.data` or `.detach()` values, of tensors made without `requires_grad`
-(`torch.randn(n, d)`, a registered buffer) or of values computed under `no_grad` a few
-statements earlier, results turned into numbers at once (`.item()`), and sums of constants.
+(`torch.randn(n, d)`, a registered buffer, `torch.from_numpy`) or of values computed under
+`no_grad` a few statements earlier, values derived from detached ones by any torch function
+(a cross product, `einsum`, `gather` with its index, the pieces of a `chunk`), norms whose
+every use ends in `.detach()`, a comparison, an index or `.item()` (also through the lists
+given to `torch.stack`/`torch.cat` and a chain of local names: a local frame built from edge
+vectors and returned detached), and sums of constants.
 A tensor marked `requires_grad` later, or filled in place from one that carries a gradient,
 is reported.
 

@@ -823,7 +823,8 @@ class SincByHand(Rule):
     default_enabled = False
     untuned_precision = (
         'The false alarms are divisors kept off 0 by a mask or an epsilon the analysis did not '
-        'follow.'
+        'follow. A positive constant inside the sine is no longer taken for the divisor '
+        '(`sin(pi * x) / pi / x` of a windowed-sinc filter, a Fourier term `sin(k * t) / k`).'
     )
     fails_in = "all (x = 0); float16 and bfloat16 near 0 (gradient)"
     name = "sinc-by-hand"
@@ -847,7 +848,10 @@ bfloat16: both sin(3x) and x are tiny there and their ratio's derivative comes o
 `torch.sinc(t)` is sin(pi t) / (pi t) with the limit 1 at t = 0, and a gradient of 0 there,
 so `sin(k x) / x = k * torch.sinc(k x / pi)` holds everywhere, 0 included.
 
-Not reported where the divisor is kept away from 0 (an epsilon, a clamp, `arange(1, n)`), or
+Not reported where the divisor is kept away from 0 (an epsilon, a clamp, `arange(1, n)`; a
+positive constant or loop index, such as the frequency `k` of a Fourier series' term
+`sin(k * w * t) / k` with `for k in range(1, n)`, `2 * i + 1` or `2 * math.pi`: a
+coefficient, not the variable of a sinc), or
 where a condition tests it: an enclosing `if`, an earlier `assert` or early return, or a
 `torch.where` around the quotient (its forward value is repaired there; what is left in the
 gradient is NAN112's finding).
