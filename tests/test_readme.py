@@ -161,7 +161,7 @@ def test_the_example_runs_from_a_fresh_clone(fresh, installed):
     done = shell.run(line, clone)
     assert done.returncode == 1, done.stderr  # fixes to show
     assert "+        g = torch.sigmoid(self.temperature * self.gate(x))" in done.stdout
-    assert "Would fix 3 problems." in done.stderr
+    assert "Would fix 4 problems." in done.stderr
     assert (clone / "examples" / "train_step.py").read_text() == (ROOT / "examples" / "train_step.py").read_text()
 
 
