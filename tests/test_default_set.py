@@ -25,7 +25,7 @@ def test_default_enabled_is_what_the_figures_decide(rule):
 def test_the_policy_reads_the_bar_and_the_count():
     figures = default_set.UNTUNED
     # Enough findings over the bar: on; enough below it: off.
-    assert default_set.decision("NAN103", "form")[0] and figures["NAN103"].test_judged >= default_set.ENOUGH
+    assert default_set.decision("NAN104", "form")[0] and figures["NAN104"].test_judged >= default_set.ENOUGH
     assert not default_set.decision("NAN105", "form")[0]
     # A value rule needs the bar over enough findings, whatever it was before.
     assert not default_set.decision("NAN119", "value")[0]

