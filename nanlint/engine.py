@@ -15,7 +15,7 @@ from .context import FileContext, Scope, comment_tokens
 from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
-from .bounds import FileBudget, NestedTooDeeply, OverBudget, nesting_error, run_deep
+from .bounds import FileBudget, NestedTooDeeply, OverBudget, parse_refusal, run_deep
 from .triggers import firing
 from .text import split_lines
 
@@ -74,6 +74,11 @@ def _python_syntax_error(source: str) -> Optional[Tuple[int, int, str]]:
 
 
 def syntax_error(path: str, source: str, row: int, col: int, text: str) -> Diagnostic:
+    return not_parsed(path, source, row, col, f"SyntaxError: {text}")
+
+
+def not_parsed(path: str, source: str, row: int, col: int, why: str) -> Diagnostic:
+    """NAN001 at (row, col): the file was not linted, for the reason `why`."""
     lines = split_lines(source)
     return Diagnostic(
         path=path,
@@ -81,7 +86,7 @@ def syntax_error(path: str, source: str, row: int, col: int, text: str) -> Diagn
         end=Position(row, col),
         code=SYNTAX_ERROR,
         name="syntax-error",
-        message=f"SyntaxError: {text} (the file was not linted)",
+        message=f"{why} (the file was not linted)",
         line_text=lines[row - 1] if 0 < row <= len(lines) else "",
     )
 
@@ -416,9 +421,9 @@ def _lint(path, source, rule_classes, precision, imported) -> LintResult:
         # Nothing can fire and Python's parser (an order of magnitude faster than LibCST)
         # accepts the file: nothing to report, and no need to scan its brackets.
         return LintResult([])
-    deep = nesting_error(source)
-    if deep is not None:
-        return LintResult([syntax_error(path, source, *deep)])
+    refused = parse_refusal(source)  # before any LibCST parse: what it cannot bound
+    if refused is not None:
+        return LintResult([not_parsed(path, source, *refused)])
     if not rule_classes:
         # Python rejects the file: LibCST decides (it reads newer syntax than the running
         # Python does), and Python's message words the error.
