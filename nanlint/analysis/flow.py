@@ -1242,6 +1242,10 @@ class FileAnalysis:
             nonzero = True
         else:
             return
+        if lo > hi:
+            # The guard contradicts the value assumed here (`DIM = 0` at the top, `if DIM > 0:`:
+            # a default the run sets otherwise): inside the branch the guard holds, and bounds.
+            lo, hi = (lo, INF) if op in (">", ">=") else (-INF, hi)
         zero = None if nonzero else v.zero
         env.vars[key] = v.with_evidence(line, f"guarded by {reason}", lo=lo, hi=hi, nonzero=nonzero,
                                         zero=zero, nonempty=v.nonempty or (nonzero and v.count))
