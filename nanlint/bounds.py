@@ -31,8 +31,9 @@ import sys
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 # CPython's tokenizer: "too many nested parentheses" past this many open brackets.
 MAX_BRACKET_DEPTH = 200
@@ -173,9 +174,20 @@ def parse_module(source: str) -> Any:
     return libcst.parse_module(source)
 
 
+@contextmanager
+def quiet_python_parser() -> Iterator[None]:
+    """Python's parser prints its SyntaxWarnings on stderr as it reads (`1if x`, an invalid
+    escape: `<nanlint>:175: SyntaxWarning: invalid decimal literal`); nanlint's own reading
+    of a file is no place for them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
 def _python_rejects(source: str) -> bool:
     try:
-        compile(source, "<nanlint>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
+        with quiet_python_parser():
+            compile(source, "<nanlint>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return True
     return False
@@ -253,8 +265,7 @@ def _depth_refusal(source: str, lines: list) -> Optional[Tuple[int, int, str]]:
     """The refusal for `source` whose logical `lines` may hold deep expressions, from the
     depth of every statement in Python's own tree (its parser is fast and bounded)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # an invalid escape in a string is not this check's to report
+        with quiet_python_parser():
             tree = ast.parse(source)
     except (RecursionError, MemoryError):
         row, col = _row_col(source, lines[0][0])

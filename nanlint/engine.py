@@ -15,7 +15,7 @@ from .context import FileContext, Scope, comment_tokens
 from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
-from .bounds import FileBudget, NestedTooDeeply, OverBudget, parse_refusal, run_deep
+from .bounds import FileBudget, NestedTooDeeply, OverBudget, parse_refusal, quiet_python_parser, run_deep
 from .triggers import firing
 from .text import split_lines
 
@@ -54,7 +54,8 @@ def _python_accepts(source: str) -> bool:
     `compile(..., PyCF_ONLY_AST)`); it also rejects a few scoping errors the parser lets
     through, which only sends such a file down the slower, exact path."""
     try:
-        symtable.symtable(source, "<nanlint>", "exec")
+        with quiet_python_parser():
+            symtable.symtable(source, "<nanlint>", "exec")
     except Exception:  # SyntaxError, RecursionError, MemoryError, ValueError
         return False
     return True
@@ -64,7 +65,8 @@ def _python_syntax_error(source: str) -> Optional[Tuple[int, int, str]]:
     """Python's own report (row, 1-based column, message), which points at the offending
     token; LibCST's `editor_column` is often just the start of the line."""
     try:
-        compile(source, "<nanlint>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
+        with quiet_python_parser():
+            compile(source, "<nanlint>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
     except SyntaxError as exc:
         if exc.lineno:
             return exc.lineno, max(exc.offset or 1, 1), exc.msg

@@ -23,7 +23,7 @@ from json.decoder import scanstring
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
-from .bounds import FileBudget, parse_refusal
+from .bounds import FileBudget, parse_refusal, quiet_python_parser
 from .diagnostics import Diagnostic, Edit, Fix, Position
 from .engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
 from .files import ChangedDuringRun, SourceFile, write_fixed
@@ -347,7 +347,8 @@ def _mask(source: str, masked: List[str]) -> str:
 
 def _is_python(line: str) -> bool:
     try:
-        compile(line, "<line>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        with quiet_python_parser():
+            compile(line, "<line>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
         return True
     except (SyntaxError, ValueError):
         return False
@@ -419,8 +420,9 @@ def _cell_syntax_error(body: str) -> Optional[Tuple[int, int, str]]:
     """(row, column, why) where a masked cell fails to parse by itself, or None (IPython
     allows `await` at the top of a cell)."""
     try:
-        compile(body, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-                dont_inherit=True)
+        with quiet_python_parser():
+            compile(body, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                    dont_inherit=True)
     except SyntaxError as exc:
         return (exc.lineno or 1, exc.offset or 1, f"SyntaxError: {exc.msg}")
     except ValueError as exc:  # a NUL byte
@@ -578,7 +580,8 @@ def _ipython_syntax(module: str, diagnostics: List[Diagnostic]) -> List[Diagnost
     if not any(_is_python_syntax_error(d) for d in diagnostics):
         return diagnostics
     try:
-        compile(module, "<notebook>", "exec", flags=0x400 | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        with quiet_python_parser():
+            compile(module, "<notebook>", "exec", flags=0x400 | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return diagnostics
     return [d for d in diagnostics if not _is_python_syntax_error(d)]

@@ -297,6 +297,18 @@ def test_a_20000_term_chain_read_from_stdin_or_imported_is_refused_alike(cli, tm
     assert "user.py:4:12: NAN102" in result.out and result.err == ""
 
 
+def test_pythons_own_syntax_warnings_never_reach_stderr(tmp_path):
+    """Python's parser warns as it reads (`1if x`: "invalid decimal literal" on 3.11 and
+    later): nanlint's own checks of a file printed `<nanlint>:2: SyntaxWarning: ...`."""
+    write(tmp_path / "m.py", "import torch\nx = 1 if 1else 0\ndef f(:\n")
+    write(tmp_path / "plain.py", "x = 1 if 1else 0\ndef f(:\n")
+    proc = subprocess.run([sys.executable, "-m", "nanlint", "--no-cache", "m.py", "plain.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert [line.split(" ", 2)[:2] for line in proc.stdout.splitlines()[:2]] == [["m.py:3:7:", "NAN001"],
+                                                                                  ["plain.py:2:7:", "NAN001"]]
+    assert proc.stderr == ""
+
+
 def test_a_300_term_chain_is_linted_on_every_python():
     terms = " + ".join(["a"] * 150)
     source = f"import torch\ndef f(a, x):\n    return {terms} + torch.log(torch.softmax(x, -1)) + {terms}\n"
