@@ -674,21 +674,11 @@ class _Canonicalizer(cst.CSTTransformer):
         # neither inlined nor spelled out anywhere in the expression.
         self._shadowed: Set[str] = set()
 
-    def _comprehension(self, node) -> bool:
-        for_in = node.for_in
-        while for_in is not None:
-            self._shadowed.update(target_names(for_in.target))
-            for_in = for_in.inner_for_in
+    def _binds(self, node) -> bool:
+        self._shadowed.update(names_bound_inside(node))
         return True
 
-    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        params = node.params
-        for p in [*params.posonly_params, *params.params, *params.kwonly_params, params.star_arg, params.star_kwarg]:
-            if isinstance(p, cst.Param):
-                self._shadowed.add(p.name.value)
-        return True
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda = _binds
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         self._skip.add(id(node.attr))
@@ -737,6 +727,21 @@ class _Canonicalizer(cst.CSTTransformer):
         if full is not None and full.startswith("torch") and full != original.value:
             return cst.parse_expression(full)
         return updated
+
+
+def names_bound_inside(node: cst.CSTNode) -> Iterator[str]:
+    """The names a comprehension's targets or a lambda's parameters bind (inside it they
+    shadow the enclosing scope's)."""
+    if isinstance(node, cst.Lambda):
+        params = node.params
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params, params.star_arg, params.star_kwarg):
+            if isinstance(p, cst.Param):
+                yield p.name.value
+        return
+    comp = getattr(node, "for_in", None)
+    while comp is not None:
+        yield from target_names(comp.target)
+        comp = comp.inner_for_in
 
 
 def target_names(target: cst.BaseExpression) -> Iterator[str]:
