@@ -207,7 +207,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 1 if figures.failures else 0
 
 
-def run(examples: int, seed: int, hypo: int, failures_dir: Optional[Path] = None) -> Figures:
+def run(examples: int, seed: int, hypo: int, failures_dir: Optional[Path] = None,
+        stop_at_failure: bool = False) -> Figures:
+    """Check `examples` generated modules; with `stop_at_failure`, stop at the first that
+    fails (what a test that the harness catches a defect needs)."""
     rng = random.Random(seed)
     rules = all_rules()
     pool = fixture_statements()
@@ -221,6 +224,8 @@ def run(examples: int, seed: int, hypo: int, failures_dir: Optional[Path] = None
             if failures_dir is not None:
                 failures_dir.mkdir(parents=True, exist_ok=True)
                 (failures_dir / f"fuzz_{seed}_{i}.py").write_bytes(source.encode("utf-8"))
+            if stop_at_failure:
+                break
     return figures
 
 

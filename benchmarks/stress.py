@@ -12,9 +12,10 @@ thread's CPU seconds, the largest growth of the process's memory seen while it r
 every 20 ms), and whether the budget skipped it; and per worker its peak resident memory.
 
 Prints p50, p99 and max of CPU time and memory growth, the slowest files, every file over a
-budget or skipped, and each worker's peak memory. The goals (issue 31): no file over the
-default budgets; the slowest file at most 10 s of CPU; at most 1 GB per worker. A
-measurement, never run by the test suite.
+budget or skipped, every internal error (a rule that raised: its finding is lost), and each
+worker's peak memory. The goals (issue 31): no file over the default budgets; the slowest file
+at most 10 s of CPU; at most 1 GB per worker; and (issue 39) no internal error. Exits 1 when
+any internal error was seen, 0 otherwise. A measurement, never run by the test suite.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def _lint_share(paths: List[str]) -> Tuple[List[dict], int]:
         result = lint_source(path, text, rules, budget=budget, usage=usage)
         rows.append({"path": path, "cpu": usage.get("cpu", 0.0), "memory": usage.get("memory", 0),
                      "wall": time.perf_counter() - start, "skipped": result.skipped,
-                     "findings": len(result.diagnostics)})
+                     "findings": len(result.diagnostics), "internal_errors": list(result.errors)})
     return rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -119,7 +120,12 @@ def main() -> int:
     print(f"\nfiles over a budget or skipped: {len(over)}")
     for r in over:
         print(f"  {r['path']}: {r['skipped'] or 'over budget'} ({r['cpu']:.1f} s, {r['memory'] / mb:.0f} MB)")
+    internal = [(r["path"], e) for r in rows for e in r["internal_errors"]]
+    print(f"\ninternal errors: {len(internal)} in {len({p for p, _ in internal})} files")
+    for _, error in internal:
+        print(f"  {error}")  # names the rule, the file and the position
     goals = [
+        ("no internal error", not internal),
         ("no file over the default budgets", not over),
         (f"slowest file <= {CPU_GOAL:g} s of CPU", max(cpu) <= CPU_GOAL),
         (f"peak memory <= {WORKER_MEMORY_GOAL // mb} MB per worker", max(peaks) <= WORKER_MEMORY_GOAL),
@@ -127,7 +133,7 @@ def main() -> int:
     print()
     for text, met in goals:
         print(f"{'met' if met else 'NOT MET'}: {text}")
-    return 0
+    return 1 if internal else 0
 
 
 if __name__ == "__main__":

@@ -208,7 +208,7 @@ def check(
     if output_format in ("text", "concise", "full") and not quiet:
         if show_fixes and fix and result.applied:
             _print_fixes(result.applied, err=report_err)
-        _print_summary(diagnostics, fix, fixed, unsafe_fixes, err=report_err)
+        _print_summary(diagnostics, fix, fixed, unsafe_fixes, err=report_err, linted=result.files)
     if errors:
         sys.exit(2)
     # A rule's internal error cost only its own piece: the exit code follows the findings.
@@ -279,10 +279,13 @@ def _print_statistics(diagnostics: List[Diagnostic], fmt: str, unsafe: bool, err
         click.echo(f"{count:>{width}}\t{code}\t{mark} {name}{some}", err=err)
 
 
-def _print_summary(diagnostics: List[Diagnostic], fix: bool, fixed: int, unsafe: bool, err: bool = False) -> None:
+def _print_summary(diagnostics: List[Diagnostic], fix: bool, fixed: int, unsafe: bool, err: bool = False,
+                   linted: int = 1) -> None:
     remaining = len(diagnostics)
     fixable = sum(1 for d in diagnostics if d.is_fixable(unsafe))
-    if fix:
+    if not linted:
+        click.echo("Nothing was linted: no Python file or notebook found.", err=err)
+    elif fix:
         if fixed or remaining:
             click.echo(f"Found {_plural(fixed + remaining, 'problem')} ({fixed} fixed, {remaining} remaining).", err=err)
         else:

@@ -17,7 +17,7 @@ import bisect
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -674,6 +674,16 @@ class _Canonicalizer(cst.CSTTransformer):
         self.keep = keep
         self.inlined = 0  # characters inlined so far (MAX_INLINED)
         self._skip: Set[int] = set()
+        # Names a comprehension or a lambda inside the expression binds: there they are not
+        # the enclosing scope's (`sum([e * w for e, w in pairs])` with an `e` outside), and
+        # neither inlined nor spelled out anywhere in the expression.
+        self._shadowed: Set[str] = set()
+
+    def _binds(self, node) -> bool:
+        self._shadowed.update(names_bound_inside(node))
+        return True
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda = _binds
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         self._skip.add(id(node.attr))
@@ -698,7 +708,7 @@ class _Canonicalizer(cst.CSTTransformer):
         return updated
 
     def leave_Name(self, original: cst.Name, updated: cst.Name):
-        if id(original) in self._skip:
+        if id(original) in self._skip or original.value in self._shadowed:
             return updated
         binding = self.env.get(original.value)
         if self.inline and binding is not None and binding.value is not None and original.value not in self.keep \
@@ -722,6 +732,34 @@ class _Canonicalizer(cst.CSTTransformer):
         if full is not None and full.startswith("torch") and full != original.value:
             return cst.parse_expression(full)
         return updated
+
+
+def names_bound_inside(node: cst.CSTNode) -> Iterator[str]:
+    """The names a comprehension's targets or a lambda's parameters bind (inside it they
+    shadow the enclosing scope's)."""
+    if isinstance(node, cst.Lambda):
+        params = node.params
+        for p in (*params.posonly_params, *params.params, *params.kwonly_params, params.star_arg, params.star_kwarg):
+            if isinstance(p, cst.Param):
+                yield p.name.value
+        return
+    comp = getattr(node, "for_in", None)
+    while comp is not None:
+        yield from target_names(comp.target)
+        comp = comp.inner_for_in
+
+
+def target_names(target: cst.BaseExpression) -> Iterator[str]:
+    """The names an assignment or loop target binds (`a`, `a, (b, *c)`)."""
+    stack = [target]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, cst.Name):
+            yield t.value
+        elif isinstance(t, (cst.Tuple, cst.List)):
+            stack.extend(e.value for e in t.elements)
+        elif isinstance(t, cst.StarredElement):
+            stack.append(t.value)
 
 
 def _empty_container(node: cst.BaseExpression) -> bool:

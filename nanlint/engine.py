@@ -16,7 +16,7 @@ from .diagnostics import Diagnostic, Position
 from .precision import Precision
 from .rules import Rule
 from .rules.base import reports_latent
-from .bounds import FileBudget, NestedTooDeeply, OverBudget, nesting_error, run_deep
+from .bounds import FileBudget, NestedTooDeeply, OverBudget, parse_refusal, quiet_python_parser, run_deep
 from .triggers import firing
 from .text import split_lines
 
@@ -55,7 +55,8 @@ def _python_accepts(source: str) -> bool:
     `compile(..., PyCF_ONLY_AST)`); it also rejects a few scoping errors the parser lets
     through, which only sends such a file down the slower, exact path."""
     try:
-        symtable.symtable(source, "<nanlint>", "exec")
+        with quiet_python_parser():
+            symtable.symtable(source, "<nanlint>", "exec")
     except Exception:  # SyntaxError, RecursionError, MemoryError, ValueError
         return False
     return True
@@ -65,7 +66,8 @@ def _python_syntax_error(source: str) -> Optional[Tuple[int, int, str]]:
     """Python's own report (row, 1-based column, message), which points at the offending
     token; LibCST's `editor_column` is often just the start of the line."""
     try:
-        compile(source, "<nanlint>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
+        with quiet_python_parser():
+            compile(source, "<nanlint>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
     except SyntaxError as exc:
         if exc.lineno:
             return exc.lineno, max(exc.offset or 1, 1), exc.msg
@@ -75,6 +77,11 @@ def _python_syntax_error(source: str) -> Optional[Tuple[int, int, str]]:
 
 
 def syntax_error(path: str, source: str, row: int, col: int, text: str) -> Diagnostic:
+    return not_parsed(path, source, row, col, f"SyntaxError: {text}")
+
+
+def not_parsed(path: str, source: str, row: int, col: int, why: str) -> Diagnostic:
+    """NAN001 at (row, col): the file was not linted, for the reason `why`."""
     lines = split_lines(source)
     return Diagnostic(
         path=path,
@@ -82,7 +89,7 @@ def syntax_error(path: str, source: str, row: int, col: int, text: str) -> Diagn
         end=Position(row, col),
         code=SYNTAX_ERROR,
         name="syntax-error",
-        message=f"SyntaxError: {text} (the file was not linted)",
+        message=f"{why} (the file was not linted)",
         line_text=lines[row - 1] if 0 < row <= len(lines) else "",
     )
 
@@ -418,9 +425,9 @@ def _lint(path, source, rule_classes, precision, imported) -> LintResult:
         # Nothing can fire and Python's parser (an order of magnitude faster than LibCST)
         # accepts the file: nothing to report, and no need to scan its brackets.
         return LintResult([])
-    deep = nesting_error(source)
-    if deep is not None:
-        return LintResult([syntax_error(path, source, *deep)])
+    refused = parse_refusal(source)  # before any LibCST parse: what it cannot bound
+    if refused is not None:
+        return LintResult([not_parsed(path, source, *refused)])
     if not rule_classes:
         # Python rejects the file: LibCST decides (it reads newer syntax than the running
         # Python does), and Python's message words the error.

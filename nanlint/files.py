@@ -11,15 +11,16 @@ import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Sequence, Set
+from typing import Iterator, List, Optional, Sequence, Set
 
 from .config import ConfigError, Settings
 
 
-def discover(paths: Sequence[str], settings: Settings) -> List[Path]:
+def discover(paths: Sequence[str], settings: Settings, empty: Optional[List[str]] = None) -> List[Path]:
     """Python files under `paths`, sorted, each once. A path named explicitly is linted even
     when it matches an exclude (unless `force-exclude`); a directory walk skips excluded and
-    default-skipped folders, and what git ignores (unless `respect-gitignore = false`)."""
+    default-skipped folders, and what git ignores (unless `respect-gitignore = false`).
+    `empty`, when given, receives the paths (as given) that hold no file to lint."""
     found = []
     seen = set()
     for raw in paths:
@@ -29,15 +30,20 @@ def discover(paths: Sequence[str], settings: Settings) -> List[Path]:
         if p.is_file() or p.is_symlink() and not p.is_dir():
             # A broken or looping link named explicitly is read, and its error reported.
             if settings.force_exclude and settings.excluded(p):
-                continue
-            candidates: Iterator[Path] = iter([p])
+                candidates: Iterator[Path] = iter([])
+            else:
+                candidates = iter([p])
         else:
             candidates = walk(p, settings)
+        held = False
         for f in candidates:
+            held = True
             key = os.path.normcase(os.path.abspath(f))
             if key not in seen:
                 seen.add(key)
                 found.append(f)
+        if not held and empty is not None:
+            empty.append(raw)
     found.sort(key=lambda f: f.as_posix())
     return found
 

@@ -6,9 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, List, Sequence, Set, Tuple, Type
 
-import libcst as cst
-
-from .bounds import FileBudget
+from .bounds import FileBudget, parse_module
 from .diagnostics import Diagnostic, Edit, Fix
 from .engine import LintResult, lint_source
 from .rules import Rule
@@ -99,7 +97,7 @@ def _spans_hold(fix: Fix, starts: List[int], source: str) -> bool:
 
 def parses(source: str) -> bool:
     try:
-        cst.parse_module(source)
+        parse_module(source)  # bounded: a fix never makes the file too deep to parse
         return True
     except Exception:
         return False

@@ -70,6 +70,8 @@ class RunResult:
     # Warnings for stderr (a fix dropped because its result would not parse, a file skipped).
     warnings: List[str] = field(default_factory=list)
     fixed: int = 0
+    # Files (and notebooks) the run was asked to lint: 0 when the paths held none.
+    files: int = 0
     diffs: List[str] = field(default_factory=list)
     # (display path, finding) for every fix applied (`--show-fixes`).
     applied: List[Tuple[str, Diagnostic]] = field(default_factory=list)
@@ -81,6 +83,7 @@ class RunResult:
         self.internal_errors.extend(other.internal_errors)
         self.warnings.extend(other.warnings)
         self.fixed += other.fixed
+        self.files += other.files
         self.diffs.extend(other.diffs)
         self.applied.extend(other.applied)
 

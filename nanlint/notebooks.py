@@ -23,9 +23,9 @@ from json.decoder import scanstring
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
-from .bounds import FileBudget
+from .bounds import FileBudget, parse_refusal, quiet_python_parser
 from .diagnostics import Diagnostic, Edit, Fix, Position, Step
-from .engine import SYNTAX_ERROR, io_error, lint_source, syntax_error
+from .engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
 from .files import ChangedDuringRun, SourceFile, write_fixed
 from .fixes import fix_source
 from .rules import Rule
@@ -357,7 +357,8 @@ def _mask(source: str, masked: List[str]) -> str:
 
 def _is_python(line: str) -> bool:
     try:
-        compile(line, "<line>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+        with quiet_python_parser():
+            compile(line, "<line>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
         return True
     except (SyntaxError, ValueError):
         return False
@@ -409,6 +410,8 @@ def read_notebook(raw: str) -> Optional[Notebook]:
         parts.append(_CELL_MARK.format(index=index) + "\n")
         rows.append(None)
         body, error = _masked_cell(cell.source, masked)
+        if error is None:
+            error = parse_refusal(body)  # a cell nested too deeply to parse: reported alone
         if error is not None:
             # Jupyter runs each cell on its own, so this one fails there too; blank lines
             # in its place keep every row where it was and let the other cells be linted.
@@ -424,15 +427,18 @@ def read_notebook(raw: str) -> Optional[Notebook]:
 
 
 def _cell_syntax_error(body: str) -> Optional[Tuple[int, int, str]]:
-    """(row, column, message) where a masked cell fails to parse by itself, or None (IPython
+    """(row, column, why) where a masked cell fails to parse by itself, or None (IPython
     allows `await` at the top of a cell)."""
     try:
-        compile(body, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-                dont_inherit=True)
+        with quiet_python_parser():
+            compile(body, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                    dont_inherit=True)
     except SyntaxError as exc:
-        return (exc.lineno or 1, exc.offset or 1, exc.msg)
+        return (exc.lineno or 1, exc.offset or 1, f"SyntaxError: {exc.msg}")
     except ValueError as exc:  # a NUL byte
-        return (1, 1, str(exc))
+        return (1, 1, f"SyntaxError: {exc}")
+    except (RecursionError, MemoryError):  # nested deeper than Python's parser goes
+        return parse_refusal(body) or (1, 1, "an expression nested deeper than Python's own parser allows")
     return None
 
 
@@ -569,11 +575,11 @@ def fix_notebook_text(
 def _broken_cells(display: str, notebook: Notebook) -> List[Diagnostic]:
     """A syntax error for each code cell that does not parse, at its place in the cell."""
     found = []
-    for index, (row, column, message) in sorted(notebook.broken.items()):
+    for index, (row, column, why) in sorted(notebook.broken.items()):
         last = max(r for i, r in filter(None, notebook.rows) if i == index)
         module_row = notebook.rows.index((index, min(row, last)))  # an error at the end: its last row
-        d = syntax_error(display, notebook.module, module_row, column, message)
-        d = dataclasses.replace(d, message=f"SyntaxError: {message} (this cell was not linted)")
+        d = not_parsed(display, notebook.module, module_row, column, why)
+        d = dataclasses.replace(d, message=f"{why} (this cell was not linted)")
         found.append(notebook.to_cells(d, module_lines=False))  # Python's "on line 3" is the cell's
     return found
 
@@ -581,12 +587,18 @@ def _broken_cells(display: str, notebook: Notebook) -> List[Diagnostic]:
 def _ipython_syntax(module: str, diagnostics: List[Diagnostic]) -> List[Diagnostic]:
     """Drop a syntax error Python reports only because IPython allows `await` outside a
     function (the linter checks syntax as a script)."""
-    if not any(d.code == SYNTAX_ERROR for d in diagnostics):
+    if not any(_is_python_syntax_error(d) for d in diagnostics):
         return diagnostics
     try:
-        compile(module, "<notebook>", "exec", flags=0x400 | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
-    except (SyntaxError, ValueError):
+        with quiet_python_parser():
+            compile(module, "<notebook>", "exec", flags=0x400 | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return diagnostics
-    return [d for d in diagnostics if d.code != SYNTAX_ERROR]
+    return [d for d in diagnostics if not _is_python_syntax_error(d)]
+
+
+def _is_python_syntax_error(d: Diagnostic) -> bool:
+    """A NAN001 for Python's syntax error (not a file refused for its depth, `parse_refusal`)."""
+    return d.code == SYNTAX_ERROR and d.message.startswith("SyntaxError:")
 
 

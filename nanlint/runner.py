@@ -42,7 +42,8 @@ def run(
     `summarize`: the summary provider of the project index (what a file's dependents may
     know of it). The result is the same whatever `jobs` and whether the cache is used."""
     rules = select_rules(settings)
-    files = discover(list(paths) or ["."], settings)
+    empty: List[str] = []
+    files = discover(list(paths) or ["."], settings, empty)
     mode = Mode(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
                 max_file_size=settings.max_file_size, budget=settings.file_budget())
     # The project index is always on: a file's lint sees what it imports from the project.
@@ -131,10 +132,25 @@ def run(
         if bar is not None:
             bar.close()
 
-    out = RunResult()
+    out = RunResult(files=len(tasks))
+    out.warnings.extend(_nothing_to_lint(empty, bool(tasks)))
     for i in range(len(tasks)):
         out.absorb(outcomes[i].result)
     out.diagnostics.sort(key=Diagnostic.sort_key)
+    return out
+
+
+def _nothing_to_lint(empty: List[str], linted: bool) -> List[str]:
+    """Warnings for the paths that held nothing to lint (ruff warns that it found no Python
+    file; these name each folder): a CI gate pointed at the wrong folder must not pass in
+    silence. A file named but excluded (`--force-exclude`, as pre-commit runs) is said only
+    when nothing at all was linted."""
+    out = []
+    for path in empty:
+        if os.path.isdir(path):
+            out.append(f"{path}: no Python file or notebook to lint there")
+        elif not linted:
+            out.append(f"{path}: excluded by the settings (force-exclude), not linted")
     return out
 
 
@@ -277,6 +293,7 @@ def run_stdin(
         if settings.force_exclude and settings.excluded(path):
             return out, text
         rules = settings.rules_for(path, rules)
+    out.files = 1
     precision = resolve_precision(settings.precision, Path(stdin_filename) if stdin_filename else None,
                                   ProjectPrecisionFinder(), settings)
     if display.endswith(".ipynb"):

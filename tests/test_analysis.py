@@ -170,6 +170,34 @@ def test_relations_between_a_max_and_a_min_of_the_same_tensor():
     assert analysis.relations(ctx, ["hi", "lo", "other"]) == (("hi", ">=", "lo"),)
 
 
+def test_a_clamp_past_the_whole_range_moves_both_ends():
+    """`zeros(()).clamp(min=1.0)` is 1: the clamp used to keep the old top, an empty range
+    [1, 0] whose reciprocal divided by zero (internal errors in NAN122, NAN125, NAN127)."""
+    from nanlint.analysis import transfer
+    from nanlint.analysis.values import interval, point
+
+    def clamp(v, **bounds):
+        out = transfer.clamp([v], {k: point(b) for k, b in bounds.items()}, {}, 1)
+        return out.lo, out.hi
+
+    assert clamp(point(0.0), min=1.0) == (1.0, 1.0)
+    assert clamp(interval(-3.0, -2.0), min=0.0) == (0.0, 0.0)
+    assert clamp(interval(5.0, 9.0), max=3.0) == (3.0, 3.0)
+    assert clamp(interval(0.0, 9.0), min=1.0, max=3.0) == (1.0, 3.0)
+    rules = [get_rule(code) for code in ("NAN122", "NAN125", "NAN127")]
+    source = (
+        "import torch\n"
+        "class Welford(torch.nn.Module):\n"
+        "    def __init__(self, shape):\n"
+        "        super().__init__()\n"
+        "        self.register_buffer('m2', torch.zeros(shape))\n"
+        "        self.register_buffer('count', torch.zeros(()))\n"
+        "    def scale(self):\n"
+        "        return (self.m2 / self.count.clamp(min=1.0)).clamp(min=1e-5).sqrt()\n"
+    )
+    assert (lint_source("m.py", source, rules).errors, lint_source("m.py", source, rules).diagnostics) == ([], [])
+
+
 def test_a_clamp_at_zero_is_cited_across_statements_and_undone_by_an_epsilon():
     rules = [get_rule("NAN122")]
     source = (

@@ -153,6 +153,28 @@ def test_clean_file_exits_0(cli, tmp_path):
     assert r.err == ""
 
 
+def test_a_run_that_lints_nothing_says_so_and_names_the_paths(cli, tmp_path):
+    """A CI gate pointed at the wrong folder used to print "All checks passed!": the exit code
+    stays ruff's (0), but each path that held nothing to lint is named."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes").mkdir()
+    write(tmp_path / "notes" / "todo.txt", "not python\n")
+    r = cli("empty", "notes")
+    assert r.code == 0 and r.out == "Nothing was linted: no Python file or notebook found.\n"
+    assert r.err.splitlines() == ["nanlint: warning: empty: no Python file or notebook to lint there",
+                                  "nanlint: warning: notes: no Python file or notebook to lint there"]
+    write(tmp_path / "m.py", CLEAN)
+    r = cli("empty", "m.py")  # one empty folder among linted files: still named
+    assert (r.code, r.out) == (0, "All checks passed!\n")
+    assert r.err == "nanlint: warning: empty: no Python file or notebook to lint there\n"
+    write(tmp_path / "pyproject.toml", '[tool.nanlint]\nextend-exclude = ["generated"]\n')
+    write(tmp_path / "generated" / "g.py", CLEAN)
+    r = cli("--force-exclude", "generated/g.py")  # pre-commit naming an excluded file
+    assert (r.code, r.out) == (0, "Nothing was linted: no Python file or notebook found.\n")
+    assert r.err == "nanlint: warning: generated/g.py: excluded by the settings (force-exclude), not linted\n"
+    assert cli("--force-exclude", "generated/g.py", "m.py").err == ""  # said only when nothing was linted
+
+
 def test_findings_exit_1(cli, tmp_path):
     write(tmp_path / "m.py", HAZARD)
     r = cli("m.py")

@@ -256,13 +256,31 @@ def test_a_cell_that_does_not_parse_is_reported_and_the_other_cells_are_linted(t
 
 def test_a_cell_that_does_not_parse_is_blank_in_the_module_and_written_back_as_it_was():
     nb = read_notebook(notebook("x = (\n  1,\n", "import torch\ny = torch.exp(x)\n"))
-    assert nb.broken == {0: (1, 5, "'(' was never closed")}
+    assert nb.broken == {0: (1, 5, "SyntaxError: '(' was never closed")}
     assert nb.module.split("\n")[1:3] == ["", ""]  # its rows stay, empty
     assert nb.cell_sources(nb.module)[0] == "x = (\n  1,\n"
     # Text that a fix put into its rows (an added import) is not dropped silently:
     # cell_sources returns it, and fix_notebook_text refuses to write such a fix.
     edited = nb.module.replace("\n\n\n", "\nimport math\n\n", 1)
     assert nb.cell_sources(edited)[0] == "import math\n\n"
+
+
+@pytest.mark.parametrize("terms", [1_500, 20_000])
+def test_a_cell_nested_too_deeply_to_parse_is_reported_and_the_other_cells_are_linted(tmp_path, monkeypatch,
+                                                                                      capsys, terms):
+    """A generated cell with one long sum: Python's parser rejects 20,000 terms (it used to end
+    the run), LibCST would parse 1,500 for seconds (the refusal was dropped as an IPython-only
+    syntax error, and the notebook passed)."""
+    monkeypatch.chdir(tmp_path)
+    chain = "y = " + " + ".join(["torch.exp(a)"] * terms) + "\n"
+    cells = ["import torch\na = torch.ones(3)\n", chain, "def gate(x):\n    return 1 / (1 + torch.exp(-x))\n"]
+    (tmp_path / "nb.ipynb").write_text(notebook(*cells))
+    code, out, err = run(capsys, "nb.ipynb")
+    lines = out.splitlines()
+    assert lines[0].startswith("nb.ipynb:cell 2:1:1: NAN001 an expression nested ")
+    assert "nanlint reads expressions up to 1,000 levels deep" in lines[0]
+    assert lines[0].endswith("(this cell was not linted)")
+    assert lines[1].startswith("nb.ipynb:cell 3:2:12: NAN101") and code == 1 and err == ""
 
 
 def test_a_continued_shell_command_inside_a_block_stays_in_it(tmp_path, monkeypatch, capsys):

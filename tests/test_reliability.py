@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_cli import cli as default_cli  # noqa: F401 - the in-process CLI fixture, shared
 
-from nanlint.bounds import FileBudget
+from nanlint.bounds import FileBudget, parse_refusal
 from nanlint.diagnostics import Edit, Position
 from nanlint.engine import lint_source
 from nanlint.rules.base import LatentFindings
@@ -194,8 +194,8 @@ def _libcst_renders(source: str) -> bool:
         return False
 
 
-def test_hazard_inside_a_5000_term_operator_chain_is_found_or_the_file_is_reported_skipped():
-    terms = " + ".join(["a"] * 2500)
+def test_hazard_inside_a_900_term_operator_chain_is_found_or_the_file_is_reported_skipped():
+    terms = " + ".join(["a"] * 450)
     source = f"import torch\ndef f(a, x):\n    return {terms} + torch.log(torch.softmax(x, -1)) + {terms}\n"
     result = lint_source("m.py", source, all_rules())
     assert result.errors == []  # never "internal error in NAN102": the file, not the rule
@@ -206,6 +206,108 @@ def test_hazard_inside_a_5000_term_operator_chain_is_found_or_the_file_is_report
         assert sys.version_info >= (3, 12)
         assert result.diagnostics == []
         assert result.skipped.startswith("an expression is nested too deeply for LibCST on Python 3.")
+
+
+def test_a_5000_term_operator_chain_is_refused_before_libcst_parses_it():
+    """LibCST's parse of such a chain takes minutes in native code, which no budget can
+    interrupt: the file is refused first, with the limit named."""
+    terms = " + ".join(["a"] * 2500)
+    source = f"import torch\ndef f(a, x):\n    return {terms} + torch.log(torch.softmax(x, -1)) + {terms}\n"
+    result = lint_source("m.py", source, all_rules())
+    (d,) = result.diagnostics
+    assert (d.code, d.start.row, d.start.column) == ("NAN001", 3, 5)
+    assert d.message.startswith("an expression nested 5,001 levels deep (nanlint reads expressions up to 1,000 levels")
+    assert d.message.endswith("split it (the file was not linted)")
+    assert (result.errors, result.skipped) == ([], None)
+
+
+# One expression of each form that nests, about `n` levels deep: each must be refused past
+# the limit however it is written, and read below it.
+NESTING_FORMS = {
+    "sum of calls": lambda n: " + ".join(["torch.exp(a)"] * n),
+    "tight sum": lambda n: "+".join(["a"] * n),
+    "power": lambda n: " ** ".join(["a"] * n),
+    "and": lambda n: " and ".join(["a"] * n),
+    "attributes": lambda n: "a" + ".b" * n,
+    "calls": lambda n: "f" + "(a)" * n,
+    "subscripts": lambda n: "a" + "[0]" * n,
+    "conditionals": lambda n: "a if c else " * n + "a",
+    "not": lambda n: "not " * n + "a",
+    "minus": lambda n: "-" * n + "a",
+    "lambdas": lambda n: "lambda:" * n + "a",
+    "over lines": lambda n: "(" + " +\n    ".join(["a"] * n) + ")",
+    "backslashes": lambda n: " + \\\n    ".join(["a"] * n),
+    "f-string": lambda n: "f'{" + "+".join(["a"] * n) + "}'",
+    "nested brackets": lambda n: "(a + " * 150 + "+".join(["a"] * (n - 150)) + ")" * 150,
+}
+
+
+@pytest.mark.parametrize("form", sorted(NESTING_FORMS))
+def test_every_form_of_deep_expression_is_refused_past_the_limit_and_read_below_it(form):
+    def module(n: int) -> str:
+        return f"import torch\nasync def f(a, b, c):\n    return {NESTING_FORMS[form](n)}\n"
+
+    refused = parse_refusal(module(1_001))
+    assert refused is not None and refused[:2] == (3, 5)
+    assert " levels deep (nanlint reads expressions up to 1,000 levels deep" in refused[2]
+    assert parse_refusal(module(900)) is None
+
+
+def test_many_deep_expressions_are_refused_by_their_total():
+    deep = "y = " + "+".join(["a"] * 900) + "\n"
+    assert parse_refusal("import torch\n" + deep * 5) is None
+    row, col, why = parse_refusal("import torch\n" + deep * 6)
+    assert (row, col) == (2, 1)
+    assert why.startswith("6 expressions nested more than 100 levels deep, 5,400 levels in all "
+                          "(nanlint reads up to 5,000 such levels in one file")
+
+
+def _chain_next_to_a_good_file(root: Path) -> None:
+    """The issue's case: a generated module with one 20,000-term sum, and a good file."""
+    write(root / "bad.py", "import torch\na = torch.ones(3)\ny = " + " + ".join(["torch.exp(a)"] * 20_000) + "\n")
+    write(root / "good.py", "import torch\n" + LOG_SOFTMAX)
+
+
+REFUSED_CHAIN = ("bad.py:3:1: NAN001 an expression nested 20,002 levels deep (nanlint reads expressions up to 1,000 "
+                 "levels deep: LibCST's parse time grows faster than the square of the depth); split it (the file "
+                 "was not linted)")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_20000_term_chain_costs_one_message_and_the_good_file_is_linted(tmp_path, jobs):
+    _chain_next_to_a_good_file(tmp_path)
+    # A subprocess, its timeout a guard only: LibCST used to parse the file for minutes.
+    proc = subprocess.run([sys.executable, "-m", "nanlint", "--extend-select", "NAN102", "--no-cache", "-j", jobs,
+                           "."], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[0] == REFUSED_CHAIN and out[1].startswith("good.py:3:12: NAN102 ") and len(out) == 3
+    assert proc.stderr == ""
+
+
+def test_a_20000_term_chain_read_from_stdin_or_imported_is_refused_alike(cli, tmp_path):
+    _chain_next_to_a_good_file(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "nanlint", "--stdin-filename", "bad.py", "-"],
+                          input=(tmp_path / "bad.py").read_text(), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and proc.stdout.splitlines()[0] == REFUSED_CHAIN
+    # A file that imports the module: the module is not parsed for it, its own finding stands.
+    write(tmp_path / "pyproject.toml", "")
+    write(tmp_path / "user.py", "import torch\nfrom bad import y\n" + LOG_SOFTMAX)
+    result = cli("user.py")
+    assert "user.py:4:12: NAN102" in result.out and result.err == ""
+
+
+def test_pythons_own_syntax_warnings_never_reach_stderr(tmp_path):
+    """Python's parser warns as it reads (`1if x`: "invalid decimal literal" on 3.11 and
+    later): nanlint's own checks of a file printed `<nanlint>:2: SyntaxWarning: ...`."""
+    write(tmp_path / "m.py", "import torch\nx = 1 if 1else 0\ndef f(:\n")
+    write(tmp_path / "plain.py", "x = 1 if 1else 0\ndef f(:\n")
+    proc = subprocess.run([sys.executable, "-m", "nanlint", "--no-cache", "m.py", "plain.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert [line.split(" ", 2)[:2] for line in proc.stdout.splitlines()[:2]] == [["m.py:3:7:", "NAN001"],
+                                                                                  ["plain.py:2:7:", "NAN001"]]
+    assert proc.stderr == ""
 
 
 def test_a_300_term_chain_is_linted_on_every_python():

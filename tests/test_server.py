@@ -250,3 +250,19 @@ def test_positions_are_in_utf16_units(tmp_path):
         assert (edit.range.start.character, edit.new_text) == (start + 1, "torch.sigmoid(z)")
 
     run_session(tmp_path, scenario)
+
+
+def test_a_file_too_deep_to_parse_gets_a_diagnostic_and_the_server_answers_the_next_request(tmp_path):
+    """The issue's generated module (one 20,000-term sum): LibCST used to parse it for minutes
+    inside the server, which answered nothing meanwhile."""
+    (tmp_path / "pyproject.toml").write_text(SAMPLE_ON)
+    deep = "import torch\na = torch.ones(3)\ny = " + " + ".join(["torch.exp(a)"] * 20_000) + "\n"
+
+    async def scenario(s: Session) -> None:
+        (diag,) = await s.diagnostics(s.open(tmp_path / "generated.py", deep))
+        assert diag.code == "NAN001" and diag.range.start.line == 2
+        assert diag.message.startswith("an expression nested 20,002 levels deep (nanlint reads expressions up to 1,000")
+        (diag,) = await s.diagnostics(s.open(tmp_path / "model.py", HAZARD))
+        assert diag.code == "NAN101"
+
+    run_session(tmp_path, scenario)

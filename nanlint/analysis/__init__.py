@@ -37,6 +37,7 @@ from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
+from ..bounds import parse_module
 from ..context import FileContext, dotted_name
 from .flow import bare as strip_parens
 from ..diagnostics import ProbeInput, Step
@@ -848,7 +849,7 @@ def summarize_module(source) -> ModuleSummary:
         path, text = source
         from ..precision import Precision
 
-        ctx = FileContext(path, text, cst.parse_module(text))
+        ctx = FileContext(path, text, parse_module(text))
         ctx.precision = Precision(ctx)
     else:
         ctx = source

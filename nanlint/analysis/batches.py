@@ -18,7 +18,7 @@ from typing import Dict, Iterator, Optional, Set, Union
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name, node_code, strip_parens
+from ..context import FileContext, dotted_name, node_code, strip_parens, target_names
 from ..ops import split_args
 
 # Wrappers that iterate over their first argument unchanged (`enumerate(loader)`).
@@ -114,7 +114,7 @@ def _loop_targets(ctx: FileContext) -> Dict[str, str]:
         reason = batched_iterable(ctx, loop.iter)
         if reason is None:
             continue
-        for name in _target_names(loop.target):
+        for name in target_names(loop.target):
             found.setdefault(name, reason)
     return found
 
@@ -135,16 +135,6 @@ def _class_mask(ctx: FileContext, index: cst.BaseExpression, loop_names: Set[str
     return None
 
 
-def _target_names(target: cst.BaseExpression) -> Iterator[str]:
-    stack = [target]
-    while stack:
-        t = strip_parens(stack.pop())
-        if isinstance(t, cst.Name):
-            yield t.value
-        elif isinstance(t, (cst.Tuple, cst.List)):
-            stack.extend(e.value for e in t.elements)
-
-
 def _roots(ctx: FileContext, expr: cst.BaseExpression, loops: Dict[str, str], seen: Set[str],
            depth: int = 6) -> Optional[str]:
     """The reason of the first loop variable `expr` takes its first axis from, or None."""
@@ -163,7 +153,7 @@ def _roots(ctx: FileContext, expr: cst.BaseExpression, loops: Dict[str, str], se
         return _roots(ctx, expr.value, loops, seen, depth - 1)
     if isinstance(expr, cst.Subscript):
         if len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
-            loop_names = {n for loop in _enclosing_loops(ctx) for n in _target_names(loop.target)}
+            loop_names = {n for loop in _enclosing_loops(ctx) for n in target_names(loop.target)}
             subset = _class_mask(ctx, expr.slice[0].slice.value, loop_names)
             if subset is not None:
                 return subset

@@ -35,7 +35,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from ..context import descendants, dotted_name, last_name, strip_parens as _strip
+from ..context import descendants, dotted_name, last_name, names_bound_inside, strip_parens as _strip
 from ..ops import FINFO_FUNCTIONS, match_op, number_value, split_args
 from . import imports, transfer
 from .values import INF, TOP, UNIFORM_ZERO, Evidence, Value, bag, cited, interval, is_bag, join, point, unknown, widen
@@ -541,7 +541,7 @@ class FileAnalysis:
         """The names a comprehension binds, from what it iterates where the analysis knows
         the elements (`for p, r in zip(probs, rewards)`), else unknown; a lambda's unknown."""
         env = env.copy()
-        for name in _bound_inside(node):
+        for name in names_bound_inside(node):
             env.vars[name] = TOP
         comp = getattr(node, "for_in", None)
         while comp is not None:
@@ -1293,6 +1293,10 @@ class FileAnalysis:
             nonzero = True
         else:
             return
+        if lo > hi:
+            # The guard contradicts the value assumed here (`DIM = 0` at the top, `if DIM > 0:`:
+            # a default the run sets otherwise): inside the branch the guard holds, and bounds.
+            lo, hi = (lo, INF) if op in (">", ">=") else (-INF, hi)
         zero = None if nonzero else v.zero
         env.vars[key] = v.with_evidence(line, f"guarded by {reason}", lo=lo, hi=hi, nonzero=nonzero,
                                         zero=zero, nonempty=v.nonempty or (nonzero and v.count))
@@ -1887,24 +1891,6 @@ def _self_targets(fn: cst.FunctionDef) -> Set[str]:
                 if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self":
                     found.add(t.attr.value)
     return found
-
-
-def _bound_inside(node: cst.CSTNode):
-    """Names a comprehension or lambda binds (they shadow the function's)."""
-    if isinstance(node, cst.Lambda):
-        for p in node.params.params:
-            yield p.name.value
-        return
-    comp = getattr(node, "for_in", None)
-    while comp is not None:
-        stack = [comp.target]
-        while stack:
-            t = stack.pop()
-            if isinstance(t, cst.Name):
-                yield t.value
-            elif isinstance(t, (cst.Tuple, cst.List)):
-                stack.extend(e.value for e in t.elements)
-        comp = comp.inner_for_in
 
 
 __all__ = ["FileAnalysis", "Env", "join_env"]

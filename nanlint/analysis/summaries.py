@@ -28,6 +28,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import libcst as cst
 
+from ..bounds import parse_module
 from .values import TOP, Evidence, Value, unknown
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
@@ -369,13 +370,11 @@ def module_summary_from_data(data: Dict[str, Any]):
 
 
 def _analysis_of(path: str, text: str, module=None):
-    import libcst as cst
-
     from ..context import FileContext
     from ..precision import Precision
     from .flow import FileAnalysis
 
-    ctx = FileContext(path, text, module if module is not None else cst.parse_module(text))
+    ctx = FileContext(path, text, module if module is not None else parse_module(text))
     ctx.precision = Precision(ctx)
     return FileAnalysis(ctx)
 
@@ -449,9 +448,7 @@ class SummaryStore:
             return found
         try:
             if entry["module"] is None:
-                import libcst as cst
-
-                entry["module"] = cst.parse_module(entry["text"])
+                entry["module"] = parse_module(entry["text"])  # bounded, as the file's own lint
         except Exception:  # unparsable: the dependent knows nothing of it
             entry["text"] = ""
             return None

@@ -195,17 +195,20 @@ def clamp(args: Args, kw: Kw, codes: Codes, line: int) -> Value:
     low = _arg(args, 1, kw, "min")
     high = _arg(args, 2, kw, "max")
     lo, hi, nonzero, zero = a.lo, a.hi, a.nonzero, a.zero
+    # max(x, low) lies in [max(x.lo, low.lo), max(x.hi, low.hi)]; min(x, high) likewise: a
+    # bound past the whole range of x moves both ends (`zeros(()).clamp(min=1.0)` is 1, not
+    # the empty [1, 0] that divided by zero downstream).
     if low is not None and low.lo > -INF:
-        lo = max(lo, low.lo)
+        lo, hi = max(lo, low.lo), max(hi, low.hi)
         if low.positive:
             nonzero, zero = True, None
         elif _scalar(low) == 0 and not a.positive:
             zero = "clamp(min=0)"
     elif low is not None and low.positive:
         # An epsilon-like name of unknown value: positive.
-        lo, nonzero, zero = max(lo, 0.0), True, None
+        lo, hi, nonzero, zero = max(lo, 0.0), max(hi, low.hi), True, None
     if high is not None and high.hi < INF:
-        hi = min(hi, high.hi)
+        lo, hi = min(lo, high.lo), min(hi, high.hi)
     return replace(a, lo=lo, hi=hi, nonzero=nonzero or lo > 0, zero=zero,
                    module_out=None, instance_of=None, cosine=False,
                    evidence=(a.evidence + (_ev(line, "clamp"),))[-4:])
