@@ -907,6 +907,7 @@ _LAYOUT = re.compile(r"whitespace|^lpar$|^rpar$|comma|leading_lines|lines_after|
                      r"^colon$|^equal$|^star$|^dot$|operator|asynchronous|newline|^lbracket$|^rbracket$|"
                      r"^lbrace$|^rbrace$")
 _CODE_FIELDS: Dict[type, Tuple[str, ...]] = {}
+_IS_NODE: Dict[type, bool] = {}
 
 
 def code_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
@@ -916,14 +917,25 @@ def code_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
     names = _CODE_FIELDS.get(kind)
     if names is None:
         names = _CODE_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(node) if not _LAYOUT.search(f.name))
+    # `isinstance(x, cst.CSTNode)` goes through ABCMeta on every call: types are looked up.
+    is_node = _IS_NODE
     for name in names:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (list, tuple)):
+        vtype = type(value)
+        if vtype is list or vtype is tuple:
             for child in value:
-                if isinstance(child, cst.CSTNode):
+                ctype = type(child)
+                known = is_node.get(ctype)
+                if known is None:
+                    known = is_node[ctype] = issubclass(ctype, cst.CSTNode)
+                if known:
                     yield child
+        else:
+            known = is_node.get(vtype)
+            if known is None:
+                known = is_node[vtype] = issubclass(vtype, cst.CSTNode)
+            if known:
+                yield value
 
 
 def descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
