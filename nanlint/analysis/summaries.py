@@ -424,6 +424,7 @@ class SummaryStore:
         self._caches: Dict[str, Any] = {}
         self._halves: Dict[Tuple[str, str], Dict[str, str]] = {}
         self._constants: Dict[Tuple[str, str], Dict[str, Dict[str, Any]]] = {}
+        self._mentions: Dict[Tuple[str, str, str], bool] = {}
         self.computed = 0  # names summarized by this process (for tests and benchmarks)
 
     def get(self, ref: ModuleRef, name: str) -> Optional[Dict[str, Any]]:
@@ -483,27 +484,33 @@ class SummaryStore:
             constants = self._constants[key] = module_constants(entry["text"]) if entry is not None else {}
         return constants.get(name)
 
+    def mentions(self, ref: ModuleRef, pattern: "re.Pattern[str]") -> bool:
+        """Whether the file's text matches `pattern` (True where it cannot be read as the run
+        saw it: then anything may be in it). A question about the text, so that a fact only
+        some words can produce is not looked for through summaries of files without them."""
+        key = (ref.path, ref.content, pattern.pattern)
+        found = self._mentions.get(key)
+        if found is None:
+            entry = self._parsed.get((ref.path, ref.content))
+            if entry is not None:
+                text: Optional[str] = entry["text"]
+            else:
+                source = _read_as_run(ref)
+                text = source.text if source is not None else None
+            found = self._mentions[key] = text is None or pattern.search(text) is not None
+        return found
+
     def _source(self, ref: ModuleRef) -> Optional[Dict[str, Any]]:
         """The file's text (and its syntax tree once parsed), for the last few files."""
         key = (ref.path, ref.content)
         if key in self._parsed:
             self._parsed.move_to_end(key)
             return self._parsed[key]
-        from pathlib import Path
-
-        from ..files import read_source
-
         entry: Optional[Dict[str, Any]] = None
-        try:
-            source = read_source(Path(ref.path))
-            if hashlib.sha256(source.data).hexdigest() != ref.content:
-                pass  # changed since the run read it: what it held then is unknown
-            elif len(source.data) > MAX_SUMMARIZED_BYTES:
-                pass  # a generated file: parsing it would cost the dependent's time budget
-            else:
-                entry = {"text": source.text, "module": None}
-        except Exception:  # unreadable: the dependent knows nothing of it
-            entry = None
+        source = _read_as_run(ref)
+        # A larger file is generated code: parsing it would cost the dependent's time budget.
+        if source is not None and len(source.data) <= MAX_SUMMARIZED_BYTES:
+            entry = {"text": source.text, "module": None}
         self._parsed[key] = entry
         while len(self._parsed) > self.KEEP_PARSED:
             self._parsed.popitem(last=False)
@@ -535,6 +542,22 @@ class SummaryStore:
         cache = self._cache(ref)
         if cache is not None:
             cache.store_summary(ref.path, ref.content, PROVIDER, {"format": FORMAT, "names": names})
+
+
+def _read_as_run(ref: ModuleRef):
+    """The file's source (`files.SourceFile`) if its bytes are still those the run hashed (else
+    what it held then is unknown), None where it cannot be read."""
+    from pathlib import Path
+
+    from ..files import read_source
+
+    try:
+        source = read_source(Path(ref.path))
+    except Exception:  # unreadable: the dependent knows nothing of it
+        return None
+    if hashlib.sha256(source.data).hexdigest() != ref.content:
+        return None
+    return source
 
 
 # One per process: workers of a pool each keep their own.
