@@ -35,11 +35,18 @@ def node_code(node: cst.CSTNode) -> str:
     return _EMPTY_MODULE.code_for_node(node)
 
 
+# The helpers below run on most nodes a rule or the analysis looks at: they compare exact
+# types (LibCST's Name and Attribute are not subclassed), since `isinstance` on LibCST's
+# node classes goes through ABCMeta.
+_NAME, _ATTRIBUTE = cst.Name, cst.Attribute
+
+
 def dotted_name(node: cst.BaseExpression) -> Optional[str]:
     """`a.b.c` for a chain of names, else None."""
-    if isinstance(node, cst.Name):
+    kind = type(node)
+    if kind is _NAME:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if kind is _ATTRIBUTE:
         base = dotted_name(node.value)
         return None if base is None else f"{base}.{node.attr.value}"
     return None
@@ -48,9 +55,10 @@ def dotted_name(node: cst.BaseExpression) -> Optional[str]:
 def last_name(node: cst.BaseExpression) -> str:
     """The last name of a name or attribute chain (`torch.nan_to_num` -> `nan_to_num`,
     `x.sum` -> `sum`): what a call calls, however it is spelled; "" for anything else."""
-    if isinstance(node, cst.Attribute):
+    kind = type(node)
+    if kind is _ATTRIBUTE:
         return node.attr.value
-    return node.value if isinstance(node, cst.Name) else ""
+    return node.value if kind is _NAME else ""
 
 
 def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
@@ -151,9 +159,10 @@ class Imports:
                 self.names[local] = f"{module}.{name}"
 
     def qualname(self, node: cst.BaseExpression) -> Optional[str]:
-        if isinstance(node, cst.Name):
+        kind = type(node)
+        if kind is _NAME:
             return self.names.get(node.value)
-        if isinstance(node, cst.Attribute):
+        if kind is _ATTRIBUTE:
             base = self.qualname(node.value)
             return None if base is None else f"{base}.{node.attr.value}"
         return None
