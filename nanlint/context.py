@@ -284,6 +284,20 @@ class FileContext:
             found = self._derived[key] = build()
         return found
 
+    def release(self) -> None:
+        """Drop what the file's lint computed, keeping its findings and internal errors. The
+        analysis and the trackers hold the context and the context holds them: left alone,
+        such cycles (and the syntax tree they keep) wait for a full collection, and the trees
+        of several files are then alive at once. Here the references are cut, so reference
+        counting frees them as soon as the lint returns."""
+        for value in self._derived.values():
+            inner = getattr(value, "__dict__", None)
+            if inner is not None:
+                inner.clear()  # its own cycles (the analysis and its call-site index) with it
+        kept = {"path": self.path, "diagnostics": self.diagnostics, "errors": self.errors}
+        self.__dict__.clear()
+        self.__dict__.update(kept)
+
     @property
     def scope(self) -> Scope:
         return self.scopes[-1]

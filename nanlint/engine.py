@@ -449,6 +449,8 @@ def _lint(path, source, rule_classes, precision, imported) -> LintResult:
         walker.walk(module)
     except NestedTooDeeply:
         return LintResult([], ctx.errors, skipped=_TOO_DEEP)
+    finally:
+        ctx.release()  # the tree and the analysis go now, not at the next full collection
     diagnostics = _dedupe(ctx.diagnostics)
     if diagnostics:
         diagnostics = apply_suppressions(source, diagnostics)

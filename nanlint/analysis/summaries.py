@@ -23,8 +23,9 @@ import math
 import os
 import re
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import libcst as cst
 
@@ -380,6 +381,17 @@ def _analysis_of(path: str, text: str, module=None):
     return FileAnalysis(ctx)
 
 
+@contextmanager
+def _released(fa) -> Iterator[Any]:
+    """`fa` for the block; then its memos and context are dropped at once (`release`): they
+    hold one another, and would otherwise wait for a full collection."""
+    try:
+        yield fa
+    finally:
+        fa.ctx.release()
+        fa.__dict__.clear()
+
+
 def summarize_file(path, text: str, display: Optional[str] = None) -> Dict[str, Any]:
     """The whole module's summary as JSON data (a `ProjectIndex` provider)."""
     return module_data(_analysis_of(str(path), text), display or os.path.basename(str(path)))
@@ -460,11 +472,11 @@ class SummaryStore:
         try:
             halves = self._halves.get((ref.path, ref.content))
             if halves is None:
-                halves = self._halves[(ref.path, ref.content)] = half_precision_callees(
-                    _analysis_of(ref.path, text, module))
-            fa = _analysis_of(ref.path, text, module)
-            fa._summary_halves = halves
-            found = name_data(fa, name)
+                with _released(_analysis_of(ref.path, text, module)) as whole:
+                    halves = self._halves[(ref.path, ref.content)] = half_precision_callees(whole)
+            with _released(_analysis_of(ref.path, text, module)) as fa:
+                fa._summary_halves = halves
+                found = name_data(fa, name)
         except Exception:  # a bad dependency must not stop the dependent's lint
             return None
         self.computed += 1
