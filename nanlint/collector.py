@@ -9,8 +9,10 @@ same files. Two settings bring it to about 1.3 s (measured with gc callbacks):
 - what is alive when the run starts (modules, settings) is moved out of the collector's
   reach with `gc.freeze()`: it lives as long as the process anyway;
 - a young collection every 10,000 new objects instead of 700.
-Garbage is still collected (a file's cycles go at the next collections); memory is unchanged
-within a few MB. mypy raises its threshold the same way.
+Garbage is still collected. Full collections are rarer, so a linted file's tree must not wait
+for one: the lint cuts the cycles that hold it as it returns (`FileContext.release`), and
+peak memory went down (diffusers, every rule: 220 MB before, 199 MB after both changes).
+mypy raises its threshold the same way.
 """
 
 from __future__ import annotations
