@@ -24,6 +24,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .bounds import NestedTooDeeply
 from .diagnostics import SAFE, Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
+from .positions import fast_position_map
 from .ops import TENSOR_METHOD, Op, called_on_self, match_op, number_value
 from .text import line_starts, offset, split_lines
 
@@ -34,11 +35,18 @@ def node_code(node: cst.CSTNode) -> str:
     return _EMPTY_MODULE.code_for_node(node)
 
 
+# The helpers below run on most nodes a rule or the analysis looks at: they compare exact
+# types (LibCST's Name and Attribute are not subclassed), since `isinstance` on LibCST's
+# node classes goes through ABCMeta.
+_NAME, _ATTRIBUTE = cst.Name, cst.Attribute
+
+
 def dotted_name(node: cst.BaseExpression) -> Optional[str]:
     """`a.b.c` for a chain of names, else None."""
-    if isinstance(node, cst.Name):
+    kind = type(node)
+    if kind is _NAME:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if kind is _ATTRIBUTE:
         base = dotted_name(node.value)
         return None if base is None else f"{base}.{node.attr.value}"
     return None
@@ -47,9 +55,10 @@ def dotted_name(node: cst.BaseExpression) -> Optional[str]:
 def last_name(node: cst.BaseExpression) -> str:
     """The last name of a name or attribute chain (`torch.nan_to_num` -> `nan_to_num`,
     `x.sum` -> `sum`): what a call calls, however it is spelled; "" for anything else."""
-    if isinstance(node, cst.Attribute):
+    kind = type(node)
+    if kind is _ATTRIBUTE:
         return node.attr.value
-    return node.value if isinstance(node, cst.Name) else ""
+    return node.value if kind is _NAME else ""
 
 
 def strip_parens(node: cst.BaseExpression) -> cst.BaseExpression:
@@ -150,9 +159,10 @@ class Imports:
                 self.names[local] = f"{module}.{name}"
 
     def qualname(self, node: cst.BaseExpression) -> Optional[str]:
-        if isinstance(node, cst.Name):
+        kind = type(node)
+        if kind is _NAME:
             return self.names.get(node.value)
-        if isinstance(node, cst.Attribute):
+        if kind is _ATTRIBUTE:
             base = self.qualname(node.value)
             return None if base is None else f"{base}.{node.attr.value}"
         return None
@@ -173,8 +183,15 @@ class Imports:
 def position_map(module: cst.Module) -> Any:
     """The PositionProvider's positions of `module`'s nodes, generated directly: resolving
     them through a MetadataWrapper also runs a visitor over the module that rebuilds every
-    node, which costs as much again as the positions themselves."""
+    node, which costs as much again as the positions themselves (positions.py records the
+    same ranges for less than half the provider's own cost)."""
     try:
+        try:
+            return fast_position_map(module)
+        except RecursionError:
+            raise
+        except Exception:  # a libcst whose codegen hooks differ: the provider itself
+            pass
         try:
             provider = PositionProvider()
             provider._gen_impl(module)
@@ -266,6 +283,20 @@ class FileContext:
         if found is None:
             found = self._derived[key] = build()
         return found
+
+    def release(self) -> None:
+        """Drop what the file's lint computed, keeping its findings and internal errors. The
+        analysis and the trackers hold the context and the context holds them: left alone,
+        such cycles (and the syntax tree they keep) wait for a full collection, and the trees
+        of several files are then alive at once. Here the references are cut, so reference
+        counting frees them as soon as the lint returns."""
+        for value in self._derived.values():
+            inner = getattr(value, "__dict__", None)
+            if inner is not None:
+                inner.clear()  # its own cycles (the analysis and its call-site index) with it
+        kept = {"path": self.path, "diagnostics": self.diagnostics, "errors": self.errors}
+        self.__dict__.clear()
+        self.__dict__.update(kept)
 
     @property
     def scope(self) -> Scope:
@@ -942,6 +973,7 @@ _LAYOUT = re.compile(r"whitespace|^lpar$|^rpar$|comma|leading_lines|lines_after|
                      r"^colon$|^equal$|^star$|^dot$|operator|asynchronous|newline|^lbracket$|^rbracket$|"
                      r"^lbrace$|^rbrace$")
 _CODE_FIELDS: Dict[type, Tuple[str, ...]] = {}
+_IS_NODE: Dict[type, bool] = {}
 
 
 def code_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
@@ -951,14 +983,25 @@ def code_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
     names = _CODE_FIELDS.get(kind)
     if names is None:
         names = _CODE_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(node) if not _LAYOUT.search(f.name))
+    # `isinstance(x, cst.CSTNode)` goes through ABCMeta on every call: types are looked up.
+    is_node = _IS_NODE
     for name in names:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (list, tuple)):
+        vtype = type(value)
+        if vtype is list or vtype is tuple:
             for child in value:
-                if isinstance(child, cst.CSTNode):
+                ctype = type(child)
+                known = is_node.get(ctype)
+                if known is None:
+                    known = is_node[ctype] = issubclass(ctype, cst.CSTNode)
+                if known:
                     yield child
+        else:
+            known = is_node.get(vtype)
+            if known is None:
+                known = is_node[vtype] = issubclass(vtype, cst.CSTNode)
+            if known:
+                yield value
 
 
 def descendants(node: cst.CSTNode) -> Iterable[cst.CSTNode]:

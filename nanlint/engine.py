@@ -458,6 +458,8 @@ def _lint(path, source, rule_classes, precision, imported) -> LintResult:
         walker.walk(module)
     except NestedTooDeeply:
         return LintResult([], ctx.errors, skipped=_TOO_DEEP)
+    finally:
+        ctx.release()  # the tree and the analysis go now, not at the next full collection
     diagnostics = _dedupe(d for d in ctx.diagnostics if latent or not d.latent)
     if diagnostics:
         diagnostics = apply_suppressions(source, diagnostics)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from . import collector
 from .bounds import FileBudget
 from .diagnostics import Diagnostic
 
@@ -151,7 +152,7 @@ def run_tasks(
 
     context = multiprocessing.get_context("spawn")
     failed: List[FileTask] = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=collector.tune) as pool:
         futures = {pool.submit(_process_chunk, chunk, mode): chunk for chunk in _chunks(tasks)}
         try:
             for future in as_completed(futures):
@@ -177,7 +178,7 @@ def _one_at_a_time(tasks: List[FileTask], mode: Mode, context: Any) -> Iterator[
 
     pending = list(tasks)
     while pending:
-        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=collector.tune) as pool:
             while pending:
                 task = pending[0]
                 try:

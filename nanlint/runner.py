@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
+from . import collector
 from .cache import Cache, imports_of_entry, result_from_data, result_to_data
 from .config import Settings, relative_display, select_rules
 from .diagnostics import Diagnostic
@@ -120,14 +121,15 @@ def run(
 
     workers = jobs if jobs is not None else (settings.jobs or usable_cpus())
     try:
-        for outcome in run_tasks(todo, mode, workers):
-            outcomes[outcome.index] = outcome
-            if bar is not None:
-                bar.update(1)
-            if cache is not None and outcome.index in keys and outcome.cacheable:
-                path = Path(tasks[outcome.index].path)
-                _remember(cache, keys[outcome.index], outcome, diff,
-                          (index.content_hash(path), index.imports_of(path)))
+        with collector.tuned():
+            for outcome in run_tasks(todo, mode, workers):
+                outcomes[outcome.index] = outcome
+                if bar is not None:
+                    bar.update(1)
+                if cache is not None and outcome.index in keys and outcome.cacheable:
+                    path = Path(tasks[outcome.index].path)
+                    _remember(cache, keys[outcome.index], outcome, diff,
+                              (index.content_hash(path), index.imports_of(path)))
     finally:
         if bar is not None:
             bar.close()

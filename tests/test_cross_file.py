@@ -389,3 +389,51 @@ def test_flows_across_files_an_inherited_forward_two_hops_and_a_star_import(tmp_
     by_file = {f: message for f, _, _, message in found}
     assert "softmax at pkg/base.py:12" in by_file["pkg/actor.py"] and "`Actor.forward`" in by_file["pkg/actor.py"]
     assert "softmax at pkg/base.py:16" in by_file["pkg/hop.py"]
+
+
+def test_a_clamp_at_zero_in_an_imported_helper_is_seen(tmp_path, check):
+    """NAN122's question (a value clamped at exactly 0 under a sqrt) is asked of the flow only
+    where a clamp is written in the file or in a file it imports: here only the helper's file
+    says `clamp`, and the finding in the other file stands."""
+    root = _package(tmp_path / "clamps", {
+        "geo.py": ("import torch\n\n\ndef sq_dist(a, b):\n"
+                   "    return (a * a + b * b - 2 * a * b).clamp(min=0)\n"),
+        "plain.py": "import torch\n\n\ndef sq_norm(a):\n    return (a * a).sum(-1)\n",
+        "model.py": ("import torch\n\nfrom .geo import sq_dist\nfrom .plain import sq_norm\n\n\n"
+                     "def dist(a, b):\n    return torch.sqrt(sq_dist(a, b))  # expect: NAN122\n\n\n"
+                     "def norm(a):\n    return torch.sqrt(sq_norm(a))\n"),
+    })
+    (root / "pyproject.toml").write_text('[tool.nanlint]\nextend-select = ["NAN122"]\n')
+    found, _ = check(root, ".")
+    assert where(found) == expectations(root)
+
+
+def test_whether_an_imported_file_mentions_a_word_is_read_from_its_text(tmp_path):
+    import hashlib
+    import re
+
+    from nanlint.analysis.imports import may_mention
+
+    geo = tmp_path / "geo.py"
+    geo.write_text("import torch\n\n\ndef f(x):\n    return x.clip(0)\n")
+    plain = tmp_path / "plain.py"
+    plain.write_text("import torch\n\n\ndef g(x):\n    return x * 2\n")
+
+    def ref(path):
+        return summaries.ModuleRef(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), path.name)
+
+    class Ctx:
+        def __init__(self, source, imported):
+            self.source, self.imported = source, imported
+
+    words = re.compile(r"clamp|clip")
+    assert may_mention(Ctx("y = torch.sqrt(f(x))", {".geo": ref(geo)}), words)
+    assert not may_mention(Ctx("y = torch.sqrt(g(x))", {".plain": ref(plain)}), words)
+    assert may_mention(Ctx("y = x.clamp(min=0)", {}), words)
+    # A summary handed over as data, and a file changed since the run hashed it: anything may be there.
+    assert may_mention(Ctx("y = 1", {".plain": {"format": summaries.FORMAT, "names": {}}}), words)
+    changed = tmp_path / "changed.py"
+    changed.write_text("import torch\n")
+    stale = ref(changed)
+    changed.write_text("import torch\n\n\ndef g(x):\n    return x.clamp(min=0)\n")
+    assert may_mention(Ctx("y = 1", {".changed": stale}), words)

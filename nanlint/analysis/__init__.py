@@ -342,13 +342,16 @@ def softmax_module_call(ctx: FileContext, expr: cst.BaseExpression) -> Optional[
     return call.args[0].value, dim
 
 
+_CLAMP_WORDS = re.compile(r"clamp|clip")
+
+
 def clamped_to_zero(ctx: FileContext, expr: cst.BaseExpression) -> Optional[str]:
     """Evidence that `expr` was clamped at exactly 0 (`clamp(min=0)`, `clamp(0, 1)`,
     `clamp_min(0)`) and may sit on that bound: a value computed to be >= 0 in real arithmetic
     (a squared distance by expansion, `1 - cos ** 2`) rounds to 0 or below, and the clamp
     passes the gradient through at the bound itself. None where the flow excludes 0."""
-    if not ctx.imported and "clamp" not in ctx.source and "clip" not in ctx.source:
-        return None  # no clamp written here nor imported: no need to run the file's flow
+    if not imports.may_mention(ctx, _CLAMP_WORDS):
+        return None  # no clamp written here nor in a file it imports: no need to run the flow
     v = value(ctx, expr)
     if v.excludes_zero or v.zero != "clamp(min=0)":
         return None

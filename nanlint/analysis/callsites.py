@@ -106,50 +106,70 @@ class _Index:
         self._walk(module)
 
     def _walk(self, node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.Import, cst.ImportFrom, cst.Annotation)):
+        kind = type(node)
+        if kind in _NOT_INDEXED:
             return
-        self._note(node)
+        note = _NOTES.get(kind)
+        if note is not None:
+            note(self, node)
         path = self._path
         path.append(node)
         for child in _children(node):
             self._walk(child)
         path.pop()
 
-    def _note(self, node: cst.CSTNode) -> None:
-        if isinstance(node, cst.Call):
-            site = Site(node, tuple(self._path))
-            func = node.func
-            if isinstance(func, cst.Name):
-                self.by_name.setdefault(func.value, []).append(site)
-                self._skip.add(id(func))
-            elif isinstance(func, cst.Attribute):
-                self.by_attr.setdefault(func.attr.value, []).append(site)
-                self._skip.add(id(func))
-            elif isinstance(func, cst.Subscript):
-                word = _last_word(func.value)
-                if word is not None:
-                    self.by_subscript.setdefault(word, []).append(site)
-        elif isinstance(node, cst.For):
-            word = _last_word(node.iter)
-            if word is not None and isinstance(node.target, cst.Name):
-                self.loops.setdefault(word, []).append(node.target.value)
-        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            self._skip.add(id(node.name))
-            if isinstance(node, cst.FunctionDef):
-                for outer in reversed(self._path):
-                    if isinstance(outer, cst.ClassDef):
-                        break
-                    if isinstance(outer, cst.FunctionDef):
-                        self.nested_in[id(node)] = outer
-                        break
-        elif isinstance(node, cst.Arg) and node.keyword is not None:
+    # What the walk notes at each kind of node (looked up by type: `isinstance` on LibCST's
+    # node classes goes through ABCMeta, and the walk meets every node of the module).
+    def _note_call(self, node: cst.Call) -> None:
+        site = Site(node, tuple(self._path))
+        func = node.func
+        kind = type(func)
+        if kind is cst.Name:
+            self.by_name.setdefault(func.value, []).append(site)
+            self._skip.add(id(func))
+        elif kind is cst.Attribute:
+            self.by_attr.setdefault(func.attr.value, []).append(site)
+            self._skip.add(id(func))
+        elif kind is cst.Subscript:
+            word = _last_word(func.value)
+            if word is not None:
+                self.by_subscript.setdefault(word, []).append(site)
+
+    def _note_for(self, node: cst.For) -> None:
+        word = _last_word(node.iter)
+        if word is not None and type(node.target) is cst.Name:
+            self.loops.setdefault(word, []).append(node.target.value)
+
+    def _note_def(self, node) -> None:
+        self._skip.add(id(node.name))
+        if type(node) is cst.FunctionDef:
+            for outer in reversed(self._path):
+                if type(outer) is cst.ClassDef:
+                    break
+                if type(outer) is cst.FunctionDef:
+                    self.nested_in[id(node)] = outer
+                    break
+
+    def _note_arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
             self._skip.add(id(node.keyword))
-        elif isinstance(node, cst.Attribute):
-            self._skip.add(id(node.attr))
-            if id(node) not in self._skip:
-                self.attr_refs.add(node.attr.value)
-        elif isinstance(node, cst.Name) and id(node) not in self._skip:
+
+    def _note_attribute(self, node: cst.Attribute) -> None:
+        self._skip.add(id(node.attr))
+        if id(node) not in self._skip:
+            self.attr_refs.add(node.attr.value)
+
+    def _note_name(self, node: cst.Name) -> None:
+        if id(node) not in self._skip:
             self.name_refs.add(node.value)
+
+
+_NOT_INDEXED = frozenset((cst.Import, cst.ImportFrom, cst.Annotation))
+_NOTES = {
+    cst.Call: _Index._note_call, cst.For: _Index._note_for, cst.FunctionDef: _Index._note_def,
+    cst.ClassDef: _Index._note_def, cst.Arg: _Index._note_arg, cst.Attribute: _Index._note_attribute,
+    cst.Name: _Index._note_name,
+}
 
 
 def names_in(node: cst.CSTNode) -> Set[str]:

@@ -10,6 +10,7 @@ a parameter) hide the imported ones.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, Optional, Tuple
 
 import libcst as cst
@@ -263,6 +264,19 @@ def imported_names(ctx) -> Optional[ImportedNames]:
     return ctx.derived("imported names", lambda: ImportedNames(ctx.module, imported))
 
 
+def may_mention(ctx, pattern: "re.Pattern[str]") -> bool:
+    """Whether the file or a project file whose summaries its analysis may read (`ctx.imported`:
+    the modules it imports and the files of names they re-export) matches `pattern`. A
+    summary is computed from its own file's text alone, so a fact that only some words can
+    produce (a clamp at 0 needs `clamp` or `clip`) cannot reach the file's values otherwise."""
+    if pattern.search(ctx.source):
+        return True
+    for source in (getattr(ctx, "imported", None) or {}).values():
+        if not isinstance(source, summaries.ModuleRef) or summaries.STORE.mentions(source, pattern):
+            return True  # a summary given as data: its file's text is not at hand
+    return False
+
+
 def name_value(fa, name: str) -> Optional[Value]:
     """A module constant the file imports from its own project (`from .consts import
     NEAR_INF`): its number, citing where it is set. None: not such a name."""
@@ -343,4 +357,4 @@ def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
     return None
 
 
-__all__ = ["ImportedNames", "imported_names", "call_value", "name_value"]
+__all__ = ["ImportedNames", "imported_names", "call_value", "name_value", "may_mention"]

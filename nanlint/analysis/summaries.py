@@ -23,8 +23,9 @@ import math
 import os
 import re
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import libcst as cst
 
@@ -379,6 +380,17 @@ def _analysis_of(path: str, text: str, module=None):
     return FileAnalysis(ctx)
 
 
+@contextmanager
+def _released(fa) -> Iterator[Any]:
+    """`fa` for the block; then its memos and context are dropped at once (`release`): they
+    hold one another, and would otherwise wait for a full collection."""
+    try:
+        yield fa
+    finally:
+        fa.ctx.release()
+        fa.__dict__.clear()
+
+
 def summarize_file(path, text: str, display: Optional[str] = None) -> Dict[str, Any]:
     """The whole module's summary as JSON data (a `ProjectIndex` provider)."""
     return module_data(_analysis_of(str(path), text), display or os.path.basename(str(path)))
@@ -423,6 +435,7 @@ class SummaryStore:
         self._caches: Dict[str, Any] = {}
         self._halves: Dict[Tuple[str, str], Dict[str, str]] = {}
         self._constants: Dict[Tuple[str, str], Dict[str, Dict[str, Any]]] = {}
+        self._mentions: Dict[Tuple[str, str, str], bool] = {}
         self.computed = 0  # names summarized by this process (for tests and benchmarks)
 
     def get(self, ref: ModuleRef, name: str) -> Optional[Dict[str, Any]]:
@@ -456,11 +469,11 @@ class SummaryStore:
         try:
             halves = self._halves.get((ref.path, ref.content))
             if halves is None:
-                halves = self._halves[(ref.path, ref.content)] = half_precision_callees(
-                    _analysis_of(ref.path, text, module))
-            fa = _analysis_of(ref.path, text, module)
-            fa._summary_halves = halves
-            found = name_data(fa, name)
+                with _released(_analysis_of(ref.path, text, module)) as whole:
+                    halves = self._halves[(ref.path, ref.content)] = half_precision_callees(whole)
+            with _released(_analysis_of(ref.path, text, module)) as fa:
+                fa._summary_halves = halves
+                found = name_data(fa, name)
         except Exception:  # a bad dependency must not stop the dependent's lint
             return None
         self.computed += 1
@@ -480,27 +493,33 @@ class SummaryStore:
             constants = self._constants[key] = module_constants(entry["text"]) if entry is not None else {}
         return constants.get(name)
 
+    def mentions(self, ref: ModuleRef, pattern: "re.Pattern[str]") -> bool:
+        """Whether the file's text matches `pattern` (True where it cannot be read as the run
+        saw it: then anything may be in it). A question about the text, so that a fact only
+        some words can produce is not looked for through summaries of files without them."""
+        key = (ref.path, ref.content, pattern.pattern)
+        found = self._mentions.get(key)
+        if found is None:
+            entry = self._parsed.get((ref.path, ref.content))
+            if entry is not None:
+                text: Optional[str] = entry["text"]
+            else:
+                source = _read_as_run(ref)
+                text = source.text if source is not None else None
+            found = self._mentions[key] = text is None or pattern.search(text) is not None
+        return found
+
     def _source(self, ref: ModuleRef) -> Optional[Dict[str, Any]]:
         """The file's text (and its syntax tree once parsed), for the last few files."""
         key = (ref.path, ref.content)
         if key in self._parsed:
             self._parsed.move_to_end(key)
             return self._parsed[key]
-        from pathlib import Path
-
-        from ..files import read_source
-
         entry: Optional[Dict[str, Any]] = None
-        try:
-            source = read_source(Path(ref.path))
-            if hashlib.sha256(source.data).hexdigest() != ref.content:
-                pass  # changed since the run read it: what it held then is unknown
-            elif len(source.data) > MAX_SUMMARIZED_BYTES:
-                pass  # a generated file: parsing it would cost the dependent's time budget
-            else:
-                entry = {"text": source.text, "module": None}
-        except Exception:  # unreadable: the dependent knows nothing of it
-            entry = None
+        source = _read_as_run(ref)
+        # A larger file is generated code: parsing it would cost the dependent's time budget.
+        if source is not None and len(source.data) <= MAX_SUMMARIZED_BYTES:
+            entry = {"text": source.text, "module": None}
         self._parsed[key] = entry
         while len(self._parsed) > self.KEEP_PARSED:
             self._parsed.popitem(last=False)
@@ -532,6 +551,22 @@ class SummaryStore:
         cache = self._cache(ref)
         if cache is not None:
             cache.store_summary(ref.path, ref.content, PROVIDER, {"format": FORMAT, "names": names})
+
+
+def _read_as_run(ref: ModuleRef):
+    """The file's source (`files.SourceFile`) if its bytes are still those the run hashed (else
+    what it held then is unknown), None where it cannot be read."""
+    from pathlib import Path
+
+    from ..files import read_source
+
+    try:
+        source = read_source(Path(ref.path))
+    except Exception:  # unreadable: the dependent knows nothing of it
+        return None
+    if hashlib.sha256(source.data).hexdigest() != ref.content:
+        return None
+    return source
 
 
 # One per process: workers of a pool each keep their own.
