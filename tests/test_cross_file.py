@@ -391,6 +391,33 @@ def test_flows_across_files_an_inherited_forward_two_hops_and_a_star_import(tmp_
     assert "softmax at pkg/base.py:16" in by_file["pkg/hop.py"]
 
 
+def test_a_parameter_annotated_with_an_imported_class_is_its_instance(tmp_path, check):
+    """Issue 38's REINFORCE shape: `actor: Actor` with `Actor` from another file, its
+    `forward` a softmax, a gathered probability under a log. A name rebound in the file, or
+    a class whose `forward` returns a log-softmax, is not reported."""
+    root = _package(tmp_path / "annotated", {
+        "nets.py": ("import torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                    "class Actor(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                    "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+                    "        return F.softmax(self.fc(x), dim=-1)\n\n\n"
+                    "class LogActor(Actor):\n    def forward(self, x):\n"
+                    "        return F.log_softmax(self.fc(x), dim=-1)\n"),
+        "train.py": ("import torch\n\nfrom .nets import Actor, LogActor\n\n\n"
+                     "def reinforce(actor: Actor, obs, a, ret):\n"
+                     "    chosen = actor(obs).gather(1, a).squeeze(1)\n"
+                     "    return -(torch.log(chosen) * ret).mean()  # expect: NAN102\n\n\n"
+                     "def quoted(actor: \"Actor\", obs):\n"
+                     "    return torch.log(actor(obs)).sum()  # expect: NAN102\n\n\n"
+                     "def logs(actor: LogActor, obs, a):\n"
+                     "    return -torch.log(actor(obs).exp().gather(1, a)).mean()\n"),
+        "shadow.py": ("import torch\n\nfrom .nets import Actor\n\nActor = object\n\n\n"
+                      "def loss(actor: Actor, obs):\n    return torch.log(actor(obs)).sum()\n"),
+    })
+    found, _ = check(root, ".")
+    assert where(found) == expectations(root)
+    assert all("softmax at pkg/nets.py:11" in message for _, _, _, message in found)
+
+
 def test_a_clamp_at_zero_in_an_imported_helper_is_seen(tmp_path, check):
     """NAN122's question (a value clamped at exactly 0 under a sqrt) is asked of the flow only
     where a clamp is written in the file or in a file it imports: here only the helper's file

@@ -349,7 +349,8 @@ class FileAnalysis:
                 # `model: Classifier`: an instance of a class of this file, as a type checker reads it.
                 env.vars[name] = Value(instance_of=self._annotated_class(p))
             else:
-                env.vars[name] = TOP
+                # `actor: Actor` with `Actor` imported from the project: its instance, as `Actor(...)`.
+                env.vars[name] = imports.annotated_instance(self, p.annotation, self.token(p)) or TOP
         env.nograd = self._function_grad_region(fn, cls)
         return env
 

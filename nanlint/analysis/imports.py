@@ -292,6 +292,30 @@ def name_value(fa, name: str) -> Optional[Value]:
     return point(number).with_evidence(0, f"`{member[1]}` = {number:g} at {where}")
 
 
+def annotated_instance(fa, annotation: Optional[cst.Annotation], line: int) -> Optional[Value]:
+    """A parameter annotated with a class the file imports from its own project (`actor:
+    Actor`, `actor: "nets.Actor"`): an instance of it, as a type checker reads it. None: not
+    such an annotation, or the name is rebound in the file."""
+    names = imported_names(fa.ctx)
+    if names is None or annotation is None:
+        return None
+    written = annotation.annotation
+    if isinstance(written, cst.SimpleString):
+        spelled = written.evaluated_value if isinstance(written.evaluated_value, str) else None
+    else:
+        spelled = dotted_name(written)
+    if not spelled:
+        return None
+    root = spelled.split(".", 1)[0]
+    module_env = fa.module_env
+    if root in fa.functions or root in fa.classes or (module_env is not None and root in module_env.vars):
+        return None
+    member = names.member_of(spelled)
+    if member is None or (names.data(member) or {}).get("kind") != "class":
+        return None
+    return names.instance(member, spelled, line)
+
+
 def inherited_method(fa, cls: str, method: str, line: int) -> Optional[Value]:
     """What `method` returns where the file's class `cls` (or an in-file base of it) inherits
     it from a class the file imports from its own project (`class Actor(Policy)` with
