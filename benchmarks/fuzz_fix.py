@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from nanlint.engine import lint_source  # noqa: E402
 from nanlint.fixes import fix_source  # noqa: E402
 from nanlint.rules import all_rules  # noqa: E402
-from nanlint.text import split_lines  # noqa: E402
+from nanlint.core.text import split_lines  # noqa: E402
 
 ODD = ["\f", "\v", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\t", "é", "\u00a0"]
 ENDINGS = ["\n", "\r\n", "\r"]

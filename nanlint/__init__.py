@@ -27,7 +27,7 @@ def __getattr__(name: str) -> str:
     """`nanlint.__version__`: the version pyproject.toml sets, read from the installed
     distribution when asked for (not at import: reading metadata costs start-up time)."""
     if name == "__version__":
-        from .install import version
+        from .core.install import version
 
         return version()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
+from .core.diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
 from .files import write_atomic
 from .project import ImportRef
 

@@ -16,7 +16,7 @@ from typing import List, Optional, Sequence
 import click
 
 from .config import ConfigError, apply_cli, load_settings, parse_seconds, parse_size
-from .diagnostics import Diagnostic
+from .core.diagnostics import Diagnostic
 from .cache import open_cache
 from .progress import progress_for
 from .runner import run
@@ -56,7 +56,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     version is read only when asked for (reading package metadata costs start-up time)."""
     if not value or ctx.resilient_parsing:
         return
-    from .install import version_line
+    from .core.install import version_line
 
     click.echo(f"nanlint {version_line()}")
     ctx.exit()

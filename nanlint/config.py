@@ -16,7 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .bounds import FileBudget
+from .core.bounds import FileBudget
 from .rules import Rule, all_rules
 from .rules.base import LatentFindings
 

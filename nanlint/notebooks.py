@@ -23,8 +23,8 @@ from json.decoder import scanstring
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
-from .bounds import FileBudget, parse_refusal, quiet_python_parser
-from .diagnostics import Diagnostic, Edit, Fix, Position, Step
+from .core.bounds import FileBudget, parse_refusal, quiet_python_parser
+from .core.diagnostics import Diagnostic, Edit, Fix, Position, Step
 from .engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
 from .files import ChangedDuringRun, SourceFile, write_fixed
 from .fixes import fix_source

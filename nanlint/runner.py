@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 from . import collector
 from .cache import Cache, imports_of_entry, result_from_data, result_to_data
 from .config import Settings, relative_display, select_rules
-from .diagnostics import Diagnostic
+from .core.diagnostics import Diagnostic
 from .engine import io_error, lint_source
 from .files import ChangedDuringRun, SourceError, discover, read_source, write_fixed
 from .fixes import fix_source
@@ -21,7 +21,7 @@ from .precision import TrainingPrecision
 from .project import ProjectIndex, SummaryProvider
 from .project_precision import ProjectPrecisionFinder
 from .project_precision import resolve as resolve_precision
-from .text import split_lines
+from .core.text import split_lines
 
 
 def run(

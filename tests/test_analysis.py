@@ -150,7 +150,7 @@ def test_a_masked_mean_probes_its_mask_as_a_mask():
 def test_relations_between_a_max_and_a_min_of_the_same_tensor():
     import libcst as cst
 
-    from nanlint.context import FileContext
+    from nanlint.core.context import FileContext
     from nanlint.precision import Precision
 
     source = (
@@ -449,7 +449,7 @@ def _query_each_call(path: str, source: str, function: str, query) -> dict:
     """`query(ctx, call)` at every call of `function` in `source`, by line."""
     import libcst as cst
 
-    from nanlint.context import FileContext
+    from nanlint.core.context import FileContext
     from nanlint.rules.base import Rule
 
     seen = {}

@@ -22,10 +22,10 @@ import pytest
 
 import nanlint
 from nanlint.cli import main
-from nanlint.context import node_code
-from nanlint.diagnostics import UNSAFE
+from nanlint.core.context import node_code
+from nanlint.core.diagnostics import UNSAFE
 from nanlint.fixes import fix_source
-from nanlint.install import version_line
+from nanlint.core.install import version_line
 from nanlint.rules import Rule, all_rules, get_rule
 
 # NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from nanlint.context import FileContext
+from nanlint.core.context import FileContext
 
 
 def _context(source: str):
@@ -33,7 +33,7 @@ def test_an_import_read_later_changes_what_a_call_is() -> None:
 def test_calls_of_user_code_become_free_inputs_in_a_probe():
     """A module held in a list (`flow[3](h)`), a method of an indexed block and a call of a
     call are user code the verifier cannot run: each becomes a free input."""
-    from nanlint.context import abstract_calls, node_code
+    from nanlint.core.context import abstract_calls, node_code
 
     def abstracted(code):
         return node_code(abstract_calls(cst.parse_expression(code))[0])
@@ -76,7 +76,7 @@ def test_a_call_of_a_local_model_keeps_the_name_of_its_result():
 def test_a_submodule_called_through_self_is_not_a_tensor_method():
     """`self.var(x)` (an nn.Linear named var), `self.norm(h)`, `self.softmax(h)`: calls of
     attributes of a module, not `Tensor.var` / `.norm` / `.softmax` of a tensor `self`."""
-    from nanlint.ops import match_op
+    from nanlint.core.ops import match_op
 
     def op(code):
         found = match_op(cst.parse_expression(code), lambda node: None)

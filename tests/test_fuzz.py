@@ -22,11 +22,11 @@ def test_fix_never_corrupts_generated_modules():
 
 def test_the_fuzzer_catches_offsets_counted_with_splitlines(monkeypatch):
     # The defect this harness exists for: positions computed with str.splitlines.
-    import nanlint.text as text
+    import nanlint.core.text as text
 
     monkeypatch.setattr(text, "split_lines", lambda s, keepends=False: s.splitlines(keepends))
     monkeypatch.setattr(text, "line_starts", _splitlines_starts)
-    import nanlint.context as context
+    import nanlint.core.context as context
     import nanlint.fixes as fixes
 
     monkeypatch.setattr(context, "split_lines", text.split_lines)

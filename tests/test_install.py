@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import nanlint
-from nanlint import install
-from nanlint.install import FROM_SOURCE, describe, install_command
+from nanlint.core import install
+from nanlint.core.install import FROM_SOURCE, describe, install_command
 
 ROOT = Path(__file__).resolve().parent.parent
 SHA = "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nanlint.cli import main
-from nanlint.diagnostics import Position
+from nanlint.core.diagnostics import Position
 from nanlint.notebooks import read_notebook
 
 # NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these

@@ -9,8 +9,8 @@ import libcst as cst
 import pytest
 from libcst.metadata import PositionProvider
 
-from nanlint.context import position_map
-from nanlint.positions import fast_position_map
+from nanlint.core.context import position_map
+from nanlint.core.positions import fast_position_map
 
 FIXTURES = sorted((Path(__file__).resolve().parent.parent / "fixtures").glob("*.py"))
 

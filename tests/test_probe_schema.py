@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nanlint.diagnostics import Probe, ProbeInput
+from nanlint.core.diagnostics import Probe, ProbeInput
 from nanlint.rules.base import LatentFindings
 from nanlint.verify.findings import MALFORMED, parse_findings
 

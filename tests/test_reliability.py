@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_cli import cli as default_cli  # noqa: F401 - the in-process CLI fixture, shared
 
-from nanlint.bounds import FileBudget, parse_refusal
-from nanlint.diagnostics import Edit, Position
+from nanlint.core.bounds import FileBudget, parse_refusal
+from nanlint.core.diagnostics import Edit, Position
 from nanlint.engine import lint_source
 from nanlint.rules.base import LatentFindings
 from nanlint.fixes import SpanMismatch, apply_edits, fix_source
@@ -185,7 +185,7 @@ def _libcst_renders(source: str) -> bool:
     through C once per operator."""
     import libcst
 
-    from nanlint.bounds import run_deep
+    from nanlint.core.bounds import run_deep
 
     try:
         run_deep(lambda: libcst.parse_module(source).code)
@@ -406,7 +406,7 @@ def test_a_chain_of_shared_locals_is_inlined_once_into_a_bounded_probe():
     probe inlined every read of every local (2^40 copies here, a run that never ended under
     NAN122 on kornia's polynomial solver); now each local is canonicalized once, and past a
     size budget a local stays a free input of the probe."""
-    from nanlint.context import MAX_INLINED
+    from nanlint.core.context import MAX_INLINED
 
     lines = ["import torch", "", "", "def solve(x):", "    a0 = x * x"]
     lines += [f"    a{i} = a{i - 1} * a{i - 1} + a{i - 1}" for i in range(1, 41)]
@@ -538,7 +538,7 @@ def test_noqa_holds_whatever_the_line_endings_and_odd_characters_above(cli, tmp_
 def test_a_failing_canonical_form_costs_the_fix_and_probe_not_the_finding(monkeypatch):
     # A bug in the shared canonicalizer (probes and fixes of every rule go through it) must
     # not lose findings: the hook is run again for its finding alone.
-    import nanlint.context as context
+    import nanlint.core.context as context
 
     def broken(self, original, updated):
         raise RuntimeError("canonicalizer bug")

@@ -18,7 +18,7 @@ from pygls.lsp.client import LanguageClient  # noqa: E402
 from pygls.uris import from_fs_path  # noqa: E402
 
 from nanlint.server.edits import ignore_edit  # noqa: E402
-from nanlint.diagnostics import Diagnostic, Position  # noqa: E402
+from nanlint.core.diagnostics import Diagnostic, Position  # noqa: E402
 
 HAZARD = "import torch\n\n\ndef gate(z):\n    return 1 / (1 + torch.exp(-z))\n"
 # The sample hazard's rule, NAN101 (a sigmoid written by hand, exact fix), is off by default:
@@ -219,7 +219,7 @@ def test_server_without_pygls_says_how_to_install(tmp_path):
     # command installs the extra where this nanlint came from (tests/test_install.py).
     import subprocess
 
-    from nanlint.install import install_hint
+    from nanlint.core.install import install_hint
 
     code = (
         "import sys; sys.modules['pygls'] = None; sys.modules['pygls.lsp'] = None; "

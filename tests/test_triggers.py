@@ -7,7 +7,7 @@ import re
 import pytest
 
 from nanlint.rules import all_rules
-from nanlint.triggers import Trigger, firing
+from nanlint.core.triggers import Trigger, firing
 
 # Texts around each trigger's edges: word boundaries on either side, the start and end of
 # the text, spaces and newlines before a parenthesis, near misses and Unicode letters.

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from nanlint.cli import main
-from nanlint.diagnostics import Probe, ProbeInput
+from nanlint.core.diagnostics import Probe, ProbeInput
 from nanlint.verify.expression import verify_expression
 from nanlint.verify.sandbox import Interpreter, check_expression
 

@@ -262,7 +262,7 @@ def test_hostile_findings_file_never_runs_anything(project, capsys, tmp_path):
 def test_progress_on_stderr_for_long_runs():
     import io
 
-    from nanlint.diagnostics import Diagnostic, Position
+    from nanlint.core.diagnostics import Diagnostic, Position
     from nanlint.verify.verifier import Progress
 
     stream = io.StringIO()
@@ -293,7 +293,7 @@ def test_report_html(project, capsys):
 def test_report_without_matplotlib(project, capsys, monkeypatch):
     import html
 
-    from nanlint.install import install_hint
+    from nanlint.core.install import install_hint
     from nanlint.verify import report_html
 
     monkeypatch.setattr(report_html, "_matplotlib", lambda: None)
@@ -307,7 +307,7 @@ def test_report_without_matplotlib(project, capsys, monkeypatch):
 
 
 def test_report_plot_marks_the_nan_region():
-    from nanlint.diagnostics import Probe, ProbeInput
+    from nanlint.core.diagnostics import Probe, ProbeInput
     from nanlint.verify.expression import verify_expression
     from nanlint.verify.report_html import plot_png
 

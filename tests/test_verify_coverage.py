@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nanlint.diagnostics import Probe, ProbeInput
+from nanlint.core.diagnostics import Probe, ProbeInput
 from nanlint.verify.expression import prepare_probe, verify_expression
 from nanlint.verify.sandbox import Interpreter, Refused, check_expression
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from nanlint.cli import main
-from nanlint.diagnostics import Probe, ProbeInput
+from nanlint.core.diagnostics import Probe, ProbeInput
 from nanlint.verify.expression import prepare_probe, verify_expression
 from nanlint.verify.inputs import index_shape, make_points
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nanlint.diagnostics import Probe, ProbeInput
+from nanlint.core.diagnostics import Probe, ProbeInput
 from nanlint.engine import lint_source
 from nanlint.rules import all_rules
 from nanlint.verify.expression import verify_expression

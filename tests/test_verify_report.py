@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nanlint.diagnostics import Probe, ProbeInput
+from nanlint.core.diagnostics import Probe, ProbeInput
 from nanlint.engine import lint_source
 from nanlint.rules import all_rules
 from nanlint.rules.base import LatentFindings
@@ -115,7 +115,7 @@ def test_flat_sweeps_are_not_plotted_and_captions_list_only_what_is_drawn():
 def test_long_code_lines_wrap_in_the_html_report():
     long = " + ".join(f"torch.log(x{i})" for i in range(12))
     probe = Probe("expression", long, None, tuple(ProbeInput(f"x{i}", evidence="e") for i in range(12)))
-    from nanlint.diagnostics import Diagnostic, Position
+    from nanlint.core.diagnostics import Diagnostic, Position
 
     d = Diagnostic("m.py", Position(1, 1), Position(1, 2), "NAN101", "n", "m", probe=probe)
     page = render_html(Outcome(device="cpu", results=[Verified(d, verify_expression(probe, "cpu"))]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nanlint.diagnostics import Probe, ProbeInput
+from nanlint.core.diagnostics import Probe, ProbeInput
 from nanlint.verify.sandbox import EvaluationError, Interpreter, Refused, check_expression
 
 from fixture_support import checkout_env

@@ -37,11 +37,11 @@ from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
-from ..bounds import parse_module
-from ..context import FileContext, dotted_name
+from ..core.bounds import parse_module
+from ..core.context import FileContext, dotted_name
 from .flow import bare as strip_parens
-from ..diagnostics import ProbeInput, Step
-from ..ops import number_value
+from ..core.diagnostics import ProbeInput, Step
+from ..core.ops import number_value
 from .. import ranges
 from ..rewrite import follow_local
 from .flow import Env, FileAnalysis
@@ -897,7 +897,7 @@ def count_ratio_inputs(ctx: FileContext, arg: cst.BaseExpression) -> Dict[str, P
     """Probe inputs for a ratio of counts written with local names (not inlined in its
     probe): the counts divided are counts in [0, 1000], the divisor a count in [1, 1000] (a
     zero divisor is another hazard), a name holding the ratio itself a probability."""
-    from ..context import free_inputs
+    from ..core.context import free_inputs
 
     arg = strip_parens(arg)
     if isinstance(arg, cst.Name):
@@ -918,7 +918,7 @@ def input_domains(ctx: FileContext, expr: cst.BaseExpression) -> Dict[str, Probe
     """A ProbeInput for each free name of `expr` (as the probe writes it, not inlined) whose
     domain the analysis proves: a softmax -> simplex with its dim, a mask, a count, an
     interval. Names the analysis knows nothing about are left out."""
-    from ..context import free_inputs
+    from ..core.context import free_inputs
 
     found: Dict[str, ProbeInput] = {}
     for name in free_inputs(ctx.canonical(strip_parens(expr), inline=False)):
@@ -938,7 +938,7 @@ def mask_inputs(ctx: FileContext, mask: cst.BaseExpression) -> Dict[str, ProbeIn
     """A probe input of kind "mask" for a mask written as a name (`x[valid]`,
     `(x * m).sum() / m.sum()`, possibly cast): the verifier then draws 0/1 values, the
     all-False mask included."""
-    from ..context import free_inputs
+    from ..core.context import free_inputs
 
     found: Dict[str, ProbeInput] = {}
     bare = strip_parens(mask)

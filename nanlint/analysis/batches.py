@@ -18,8 +18,8 @@ from typing import Dict, Iterator, Optional, Set, Union
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name, node_code, strip_parens, target_names
-from ..ops import split_args
+from ..core.context import FileContext, dotted_name, node_code, strip_parens, target_names
+from ..core.ops import split_args
 
 # Wrappers that iterate over their first argument unchanged (`enumerate(loader)`).
 _WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "list", "tqdm.tqdm", "tqdm.auto.tqdm"}

@@ -60,8 +60,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 import libcst as cst
 
-from ..context import code_children as _children, strip_parens
-from ..ops import number_value, split_args
+from ..core.context import code_children as _children, strip_parens
+from ..core.ops import number_value, split_args
 from .values import TOP, Evidence, Value, join
 
 # More candidate calls than this: no facts (the join would cost more than it tells).

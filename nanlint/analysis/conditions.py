@@ -12,7 +12,7 @@ from typing import Iterable, Set
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name
+from ..core.context import FileContext, dotted_name
 
 _EXIT = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 

@@ -16,8 +16,8 @@ from typing import Optional
 
 import libcst as cst
 
-from ..context import FileContext, node_code, strip_parens
-from ..ops import number_value
+from ..core.context import FileContext, node_code, strip_parens
+from ..core.ops import number_value
 from ..ranges import pass_through
 from . import half_evidence
 

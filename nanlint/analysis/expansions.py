@@ -15,8 +15,8 @@ from typing import List, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, last_name, node_code
-from ..ops import number_value
+from ..core.context import FileContext, last_name, node_code
+from ..core.ops import number_value
 from .flow import bare as strip_parens
 
 _PRODUCTS = {"matmul", "mm", "bmm", "einsum", "inner", "dot"}

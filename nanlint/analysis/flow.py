@@ -35,8 +35,8 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from ..context import descendants, dotted_name, last_name, names_bound_inside, strip_parens as _strip
-from ..ops import FINFO_FUNCTIONS, match_op, number_value, split_args
+from ..core.context import descendants, dotted_name, last_name, names_bound_inside, strip_parens as _strip
+from ..core.ops import FINFO_FUNCTIONS, match_op, number_value, split_args
 from . import imports, transfer
 from .values import INF, TOP, UNIFORM_ZERO, Evidence, Value, bag, cited, interval, is_bag, join, point, unknown, widen
 
@@ -222,7 +222,7 @@ def _code(ctx, node: cst.CSTNode) -> str:
     hit = codes.get(key)
     if hit is not None and hit[0] is node:
         return hit[1]
-    from ..context import node_code
+    from ..core.context import node_code
 
     text = node_code(node)
     codes[key] = (node, text)  # the node is kept so that its id cannot be reused

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, node_code, strip_parens
-from ..ops import number_value
+from ..core.context import FileContext, node_code, strip_parens
+from ..core.ops import number_value
 from . import masks
 from ..ranges import guard, is_guarded, positive_constant, probability_source, selects_positive, sign
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import libcst as cst
 
-from ..context import dotted_name, strip_parens
+from ..core.context import dotted_name, strip_parens
 from . import summaries
 from .values import TOP, Evidence, Value, cited, point, unknown
 

@@ -14,8 +14,8 @@ from typing import Iterable, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, descendants, dotted_name, node_code, strip_parens
-from ..ops import number_value, split_args
+from ..core.context import FileContext, descendants, dotted_name, node_code, strip_parens
+from ..core.ops import number_value, split_args
 
 
 def torch_call(ctx: FileContext, node: cst.CSTNode, *short: str) -> Optional[Tuple[str, str]]:

@@ -23,7 +23,7 @@ from typing import Optional
 
 import libcst as cst
 
-from ..context import FileContext, iter_calls, last_name, node_code
+from ..core.context import FileContext, iter_calls, last_name, node_code
 
 NEG_INF = "-inf"  # log(0), log of an underflowed probability
 NAN = "nan"  # 0 / 0, the softmax of a fully masked row

@@ -25,8 +25,8 @@ from typing import Dict, Optional
 
 import libcst as cst
 
-from ..context import FileContext, last_name, strip_parens
-from ..ops import number_value
+from ..core.context import FileContext, last_name, strip_parens
+from ..core.ops import number_value
 from ..ranges import pass_through
 
 _SAMPLERS = re.compile(r"Categorical|multinomial")

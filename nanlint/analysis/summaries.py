@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 
 import libcst as cst
 
-from ..bounds import parse_module
+from ..core.bounds import parse_module
 from .values import TOP, Evidence, Value, unknown
 
 # Bumped when the data layout or what it means changes (part of the cache's provider key).
@@ -171,7 +171,7 @@ class _StatementLines:
     def _map(self, i: int):
         found = self._positions.get(i)
         if found is None:
-            from ..context import position_map
+            from ..core.context import position_map
 
             alone = self.module.with_changes(header=(), body=(self.body[i],), footer=())
             found = self._positions[i] = position_map(alone)
@@ -246,7 +246,7 @@ def function_data(fa, fn, qualified: str) -> Dict[str, Any]:
 def class_data(fa, cls: str) -> Dict[str, Any]:
     """A class's summary: its bases as written, its methods (inherited ones from classes of
     the same file included) and what its instances hold in `self.x`."""
-    from ..context import dotted_name
+    from ..core.context import dotted_name
 
     node = fa.classes[cls]
     methods: Dict[str, Any] = {}
@@ -371,7 +371,7 @@ def module_summary_from_data(data: Dict[str, Any]):
 
 
 def _analysis_of(path: str, text: str, module=None):
-    from ..context import FileContext
+    from ..core.context import FileContext
     from ..precision import Precision
     from .flow import FileAnalysis
 

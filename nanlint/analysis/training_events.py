@@ -23,8 +23,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name, last_name, node_code
-from ..ops import number_value, split_args
+from ..core.context import FileContext, dotted_name, last_name, node_code
+from ..core.ops import number_value, split_args
 
 # ---------------------------------------------------------------------------------- names
 

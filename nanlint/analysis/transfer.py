@@ -1,7 +1,7 @@
 """Transfer functions for torch ops, in one table: op name -> what the result is, given
 what the operands are.
 
-Op names are nanlint.ops' canonical names (so `torch.exp(x)`, `x.exp()`, `th.exp(x)` are one
+Op names are nanlint.core.ops' canonical names (so `torch.exp(x)`, `x.exp()`, `th.exp(x)` are one
 entry), plus the creation, shape and cast ops the analysis needs (`rand`, `linspace`, `view`,
 `half`...). A transfer function takes the operand values (receiver first for methods), the
 keyword values, the keyword codes (for `dim=`) and the line, and returns a Value.

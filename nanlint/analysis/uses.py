@@ -27,8 +27,8 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, code_children
-from ..ops import number_value
+from ..core.context import FileContext, code_children
+from ..core.ops import number_value
 from .callsites import names_in
 
 # Calls whose result carries no gradient back into their first operand.

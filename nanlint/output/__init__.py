@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 from . import full, github, json_format, sarif, text
 
 FORMATS: Dict[str, Callable[..., str]] = {

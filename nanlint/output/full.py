@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import click
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 from .text import line as headline
 
 CONTEXT = 1  # lines shown before and after the flagged range

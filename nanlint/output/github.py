@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import List
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 
 _LATENT = " (latent)"
 

@@ -6,7 +6,7 @@ import json
 from typing import Any, Dict, List
 
 from .. import rule_kind, rule_url
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 
 
 def to_dict(d: Diagnostic) -> Dict[str, Any]:

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from .. import rule_url
-from ..diagnostics import Diagnostic, Step
-from ..install import version
+from ..core.diagnostics import Diagnostic, Step
+from ..core.install import version
 from ..rules import all_rules
 from ..pages import render_page
 

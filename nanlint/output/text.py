@@ -7,7 +7,7 @@ from typing import List
 
 import click
 
-from ..diagnostics import Diagnostic
+from ..core.diagnostics import Diagnostic
 
 
 # After the code of a value finding with no evidence that the value gets there (`--latent`).

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from .. import analysis
-from ..context import FileContext, node_code, strip_parens
-from ..diagnostics import ProbeInput
+from ..core.context import FileContext, node_code, strip_parens
+from ..core.diagnostics import ProbeInput
 from .base import Rule
 
 

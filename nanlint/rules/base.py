@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional, Tuple
 
-from ..diagnostics import SAFE, UNSAFE  # noqa: F401  (re-exported for rule modules)
-from ..triggers import trigger
+from ..core.diagnostics import SAFE, UNSAFE  # noqa: F401  (re-exported for rule modules)
+from ..core.triggers import trigger
 
 
 # What a finding claims, and so how it is judged and verified (DESIGN.md, "A rule"):

@@ -9,9 +9,9 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis import guards
-from ..diagnostics import ProbeInput
-from ..context import FileContext, abstract_calls, free_inputs, is_atom, node_code, parenthesize, same_code, strip_parens
-from ..ops import number_value
+from ..core.diagnostics import ProbeInput
+from ..core.context import FileContext, abstract_calls, free_inputs, is_atom, node_code, parenthesize, same_code, strip_parens
+from ..core.ops import number_value
 from ..ranges import is_guarded, pass_through
 from .base import SAFE, UNSAFE, Rule
 

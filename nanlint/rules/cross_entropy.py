@@ -15,10 +15,10 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis import dtypes
-from ..context import FileContext, contains, dotted_name, is_atom, iter_calls, node_code
-from ..context import strip_parens as _strip_parens
-from ..diagnostics import Edit, Position, Probe
-from ..ops import number_value, split_args
+from ..core.context import FileContext, contains, dotted_name, is_atom, iter_calls, node_code
+from ..core.context import strip_parens as _strip_parens
+from ..core.diagnostics import Edit, Position, Probe
+from ..core.ops import number_value, split_args
 from ..loss_calls import Criteria, LossCall, match_loss_call, record_criterion
 from .base import SAFE, UNSAFE, Rule
 

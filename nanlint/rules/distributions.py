@@ -14,8 +14,8 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis import guards, repairs
-from ..context import FileContext, free_inputs, is_atom, node_code, same_code, strip_parens
-from ..ops import Op, number_value
+from ..core.context import FileContext, free_inputs, is_atom, node_code, same_code, strip_parens
+from ..core.ops import Op, number_value
 from ..ranges import can_be_zero, dtype_witness, is_guarded, probability_source
 from .base import SAFE, UNSAFE, Rule
 

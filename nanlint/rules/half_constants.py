@@ -18,9 +18,9 @@ import libcst as cst
 from .. import analysis
 from ..analysis import conditions, masks, repairs
 from ..analysis.dtypes import float16_reason
-from ..context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
-from ..ops import number_value, split_args
-from ..diagnostics import Step
+from ..core.context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
+from ..core.ops import number_value, split_args
+from ..core.diagnostics import Step
 from ..ranges import FP16_ROUNDS_TO_ZERO, dtype_witness, pass_through
 from .base import UNSAFE, Rule
 

@@ -7,8 +7,8 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..context import FileContext, node_code, parenthesize, same_code, strip_parens
-from ..ops import number_value
+from ..core.context import FileContext, node_code, parenthesize, same_code, strip_parens
+from ..core.ops import number_value
 from .base import SAFE, Rule
 
 

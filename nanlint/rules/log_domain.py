@@ -19,9 +19,9 @@ from .. import analysis
 from ..analysis.dtypes import computed_in_float16
 from ..analysis.transfer import EXP_OVERFLOW, EXP_UNDERFLOW, stated
 from ..analysis.uses import region_discarded
-from ..context import FileContext, abstract_calls, free_inputs, node_code, parenthesize, strip_parens
-from ..diagnostics import Edit
-from ..ops import Op, number_value
+from ..core.context import FileContext, abstract_calls, free_inputs, node_code, parenthesize, strip_parens
+from ..core.diagnostics import Edit
+from ..core.ops import Op, number_value
 from .base import SAFE, Rule
 from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
 from ..rewrite import source_replacing as _replacing

@@ -13,8 +13,8 @@ from typing import Optional, Tuple
 import libcst as cst
 
 from .. import analysis
-from ..context import FileContext, node_code, strip_parens
-from ..diagnostics import Edit, Probe
+from ..core.context import FileContext, node_code, strip_parens
+from ..core.diagnostics import Edit, Probe
 from ..loss_calls import Criteria, LossCall, loss_input, match_loss_call, record_criterion
 from .base import UNSAFE, Rule
 

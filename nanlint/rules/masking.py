@@ -9,9 +9,9 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis import conditions, guards, masks, repairs
-from ..context import FileContext, contains, descendants, dotted_name, is_atom, node_code, strip_parens
-from ..ops import number_value, split_args as split_args_safe
-from ..diagnostics import Step
+from ..core.context import FileContext, contains, descendants, dotted_name, is_atom, node_code, strip_parens
+from ..core.ops import number_value, split_args as split_args_safe
+from ..core.diagnostics import Step
 from .base import SAFE, UNSAFE, Rule
 
 # --------------------------------------------------------------------------- NAN112

@@ -13,9 +13,9 @@ import libcst as cst
 
 from .. import analysis
 from ..analysis import expansions, guards, repairs
-from ..context import FileContext, free_inputs, is_atom, node_code, strip_parens
-from ..ops import Op, number_value
-from ..diagnostics import Step
+from ..core.context import FileContext, free_inputs, is_atom, node_code, strip_parens
+from ..core.ops import Op, number_value
+from ..core.diagnostics import Step
 from ..ranges import is_guarded
 from .base import SAFE, UNSAFE, Rule
 from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src

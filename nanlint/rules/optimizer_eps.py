@@ -6,9 +6,9 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from ..context import FileContext, dotted_name, iter_calls
-from ..diagnostics import Probe
-from ..ops import number_value, split_args
+from ..core.context import FileContext, dotted_name, iter_calls
+from ..core.diagnostics import Probe
+from ..core.ops import number_value, split_args
 from .base import Rule
 
 # Class -> (positional index of eps, default eps, torch.optim submodule).

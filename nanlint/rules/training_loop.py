@@ -24,8 +24,8 @@ from ..analysis.training_events import (
     training_events,
     until_next_backward,
 )
-from ..context import FileContext, dotted_name
-from ..diagnostics import Edit, Position, Probe
+from ..core.context import FileContext, dotted_name
+from ..core.diagnostics import Edit, Position, Probe
 from .base import UNSAFE, Rule
 
 # Receivers whose clip unscales the gradient by itself (Accelerate, Lightning Fabric,

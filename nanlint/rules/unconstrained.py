@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 
 from .. import analysis
-from ..context import FileContext, abstract_calls, free_inputs, node_code
-from ..diagnostics import ProbeInput, Step
+from ..core.context import FileContext, abstract_calls, free_inputs, node_code
+from ..core.diagnostics import ProbeInput, Step
 from .base import Rule
 from .log_eps import clamped_at_tiny
 

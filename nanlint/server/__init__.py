@@ -4,7 +4,7 @@ It needs pygls (the `server` extra); the linter itself does not, so importing th
 imports no pygls: `lsp.py` does, and only `nanlint server` imports it.
 """
 
-from ..install import InstallHint
+from ..core.install import InstallHint
 
 # "the language server needs pygls: pip install 'nanlint[server] @ git+URL@COMMIT'", naming
 # where this nanlint was installed from (nanlint is not on PyPI).

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import ConfigError, Settings, load_settings, select_rules
-from ..bounds import FileBudget
-from ..diagnostics import Diagnostic, Edit, Position
+from ..core.bounds import FileBudget
+from ..core.diagnostics import Diagnostic, Edit, Position
 from ..engine import lint_source
 from ..fixes import fix_source
 from ..project_precision import ProjectPrecisionFinder

@@ -15,9 +15,9 @@ from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
 from .. import rule_url
-from ..diagnostics import SAFE, Diagnostic, Edit, Position
+from ..core.diagnostics import SAFE, Diagnostic, Edit, Position
 from ..engine import IO_ERROR, SYNTAX_ERROR
-from ..install import version
+from ..core.install import version
 from .edits import LINTED_SUFFIXES, Linted, fix_all_safe, ignore_edit, lint_document
 
 SOURCE = "nanlint"

@@ -12,7 +12,7 @@ Importing this package does not import torch; the modules that need it import it
 and are imported only when `nanlint verify` runs.
 """
 
-from ..install import TORCH_INSTALL_URL, InstallHint
+from ..core.install import TORCH_INSTALL_URL, InstallHint
 
 # One line: the pip command that adds the `verify` extra where this nanlint was installed
 # from (nanlint is not on PyPI), and where to pick a torch build for a platform or CUDA.

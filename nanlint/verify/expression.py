@@ -38,7 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from ..diagnostics import Probe
+from ..core.diagnostics import Probe
 from . import contexts as C
 from .evaluate import (
     FALLBACK_POINTS,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..config import Settings, select_rules
-from ..diagnostics import INPUT_KINDS, RELATIONS, Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
+from ..core.diagnostics import INPUT_KINDS, RELATIONS, Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
 from ..rules import all_rules
 
 

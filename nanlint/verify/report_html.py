@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import rule_url
-from ..install import install_hint
+from ..core.install import install_hint
 from .findings import printable, source_lines
 from .report_text import counts, summary
 from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS, fmt_number

@@ -9,7 +9,7 @@ from typing import Callable, List, Optional, Sequence, TextIO
 
 import torch
 
-from ..diagnostics import SAFE, Diagnostic
+from ..core.diagnostics import SAFE, Diagnostic
 from .expression import verify_expression
 from .findings import MALFORMED, printable_line
 from .harnesses import run_harness

@@ -676,7 +676,7 @@ class FileContext:
         if not relations and len(inputs) > 1 and self.stack:
             # What the value-flow analysis proves between the inputs (`hi >= lo` where the
             # code took a max and a min, `a > b` inside `if a > b:`).
-            from .analysis import relations as proven_relations
+            from ..analysis import relations as proven_relations
 
             relations = proven_relations(self, [i.name for i in inputs])
         return Probe(

@@ -31,7 +31,7 @@ TORCH_INSTALL_URL = "https://pytorch.org/get-started/locally/"
 # The version when neither an installed distribution nor a pyproject.toml says one.
 UNKNOWN_VERSION = "0+unknown"
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # the nanlint package (this file is in core/)
 
 
 # --- where this copy came from -----------------------------------------------------------
