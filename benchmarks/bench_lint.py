@@ -228,7 +228,7 @@ def _index_pass(files, rules, repeat: int) -> Tuple[float, float, float, int]:
     per pass, no cache). Returns CPU seconds without and with it, wall seconds with it, and
     the names summarized; the fastest of `repeat` passes by the with-index total."""
     from nanlint.analysis import summaries
-    from nanlint.project import ProjectIndex
+    from nanlint.analysis.project import ProjectIndex
 
     cpu, wall = time.process_time, time.perf_counter
     best = (float("inf"), float("inf"), float("inf"), 0)
@@ -331,7 +331,7 @@ def touched_file(root: Path) -> Tuple[Path, List[Path]]:
     """The file the warm-after-edit phase edits: the torch file with the most importers
     among those with at most 10 (an ordinary module, not a package's hub), and those importers."""
     from nanlint.engine import may_match
-    from nanlint.project import ProjectIndex
+    from nanlint.analysis.project import ProjectIndex
 
     index = ProjectIndex()
     files = sorted(root.rglob("*.py"))

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .core.diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
 from .files import write_atomic
-from .project import ImportRef
+from .analysis.project import ImportRef
 
 CACHE_DIR_NAME = ".nanlint_cache"
 ENV_VAR = "NANLINT_CACHE_DIR"
@@ -73,7 +73,7 @@ def open_cache(settings: Any, cli_value: Optional[str] = None) -> "Cache":
     """The cache of a run with these settings: its project root is the directory of the
     config file, else the nearest directory above the working directory with a
     pyproject.toml, setup.py, setup.cfg or .git, else the working directory."""
-    from .project import find_root
+    from .analysis.project import find_root
 
     if settings.source is not None:
         root = Path(settings.source).resolve().parent

@@ -13,7 +13,7 @@ import libcst as cst
 
 from .core.context import FileContext, Scope, comment_tokens
 from .core.diagnostics import Diagnostic, Position
-from .precision import Precision
+from .analysis.precision import Precision
 from .rules import Rule
 from .rules.base import reports_latent
 from .core.bounds import FileBudget, NestedTooDeeply, OverBudget, parse_refusal, quiet_python_parser, run_deep

@@ -17,8 +17,8 @@ from .files import ChangedDuringRun, SourceError, discover, read_source, write_f
 from .fixes import fix_source
 from .jobs import FileOutcome, FileTask, Mode, RunResult, run_tasks, usable_cpus  # noqa: F401 (RunResult: re-exported)
 from .progress import Progress
-from .precision import TrainingPrecision
-from .project import ProjectIndex, SummaryProvider
+from .analysis.precision import TrainingPrecision
+from .analysis.project import ProjectIndex, SummaryProvider
 from .project_precision import ProjectPrecisionFinder
 from .project_precision import resolve as resolve_precision
 from .core.text import split_lines

@@ -151,7 +151,7 @@ def test_relations_between_a_max_and_a_min_of_the_same_tensor():
     import libcst as cst
 
     from nanlint.core.context import FileContext
-    from nanlint.precision import Precision
+    from nanlint.analysis.precision import Precision
 
     source = (
         "import torch\n"

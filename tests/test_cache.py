@@ -106,15 +106,15 @@ def test_becoming_part_of_a_package_is_part_of_the_key(tmp_path):
 
 
 def test_a_warm_run_takes_each_unchanged_files_imports_from_its_entry(tmp_path, monkeypatch):
-    import nanlint.project
+    import nanlint.analysis.project
 
     files = {"pyproject.toml": "", "pkg/__init__.py": "", "pkg/nets.py": HAZARD,
              "pkg/train.py": "from .nets import gate\nimport torch\n" + HAZARD}
     project = make(tmp_path / "p", files)
     lint(project, Cache(tmp_path / "c"))
     scanned = []
-    real_scan = nanlint.project.scan_imports
-    monkeypatch.setattr(nanlint.project, "scan_imports", lambda data: scanned.append(data) or real_scan(data))
+    real_scan = nanlint.analysis.project.scan_imports
+    monkeypatch.setattr(nanlint.analysis.project, "scan_imports", lambda data: scanned.append(data) or real_scan(data))
     warm = Cache(tmp_path / "c")
     lint(project, warm)
     assert scanned == [] and (warm.hits, warm.misses) == (3, 0)

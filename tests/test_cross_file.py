@@ -216,7 +216,7 @@ def test_an_import_cycle_terminates(tmp_path, check):
 
 
 def test_the_index_follows_a_reexport_to_the_defining_file(project):
-    from nanlint.project import ProjectIndex
+    from nanlint.analysis.project import ProjectIndex
 
     index = ProjectIndex()
     evaluate = project / "pkg" / "evaluate.py"

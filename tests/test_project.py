@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict
 
-from nanlint.project import ImportRef, ProjectIndex, find_root, scan_imports
+from nanlint.analysis.project import ImportRef, ProjectIndex, find_root, scan_imports
 
 
 def make(root: Path, files: Dict[str, str]) -> Path:

@@ -15,7 +15,7 @@ import pytest
 
 from nanlint.cli import main
 from nanlint.config import Settings
-from nanlint.project import find_root
+from nanlint.analysis.project import find_root
 from nanlint import project_precision
 from nanlint.project_precision import ProjectPrecisionFinder, find_sign, project_of
 

@@ -216,7 +216,7 @@ def project_precision(file: Path, settings):
 
 def project_imports(file: Path, text: str):
     """The project modules `file` imports, as `nanlint check` hands them to its lint."""
-    from nanlint.project import ProjectIndex
+    from nanlint.analysis.project import ProjectIndex
 
     index = ProjectIndex()
     index.note_content(file, text.encode("utf-8", "surrogateescape"))

@@ -42,8 +42,8 @@ from ..core.context import FileContext, dotted_name
 from .flow import bare as strip_parens
 from ..core.diagnostics import ProbeInput, Step
 from ..core.ops import number_value
-from .. import ranges
-from ..rewrite import follow_local
+from . import ranges
+from .rewrite import follow_local
 from .flow import Env, FileAnalysis
 from . import conditions, imports, sampled_actions, summaries, transfer, uses
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join, stored_as
@@ -850,7 +850,7 @@ def summarize_module(source) -> ModuleSummary:
     FileContext, or a (path, text) pair parsed here."""
     if isinstance(source, tuple):
         path, text = source
-        from ..precision import Precision
+        from .precision import Precision
 
         ctx = FileContext(path, text, parse_module(text))
         ctx.precision = Precision(ctx)

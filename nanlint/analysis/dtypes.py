@@ -18,7 +18,7 @@ import libcst as cst
 
 from ..core.context import FileContext, node_code, strip_parens
 from ..core.ops import number_value
-from ..ranges import pass_through
+from .ranges import pass_through
 from . import half_evidence
 
 # Ops whose output is float16 under CUDA autocast (the matmul family); most other ops there

@@ -22,7 +22,7 @@ import libcst as cst
 from ..core.context import FileContext, node_code, strip_parens
 from ..core.ops import number_value
 from . import masks
-from ..ranges import guard, is_guarded, positive_constant, probability_source, selects_positive, sign
+from .ranges import guard, is_guarded, positive_constant, probability_source, selects_positive, sign
 
 if TYPE_CHECKING:  # the package imports this module
     from . import UpperGuard

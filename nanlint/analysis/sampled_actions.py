@@ -27,7 +27,7 @@ import libcst as cst
 
 from ..core.context import FileContext, last_name, strip_parens
 from ..core.ops import number_value
-from ..ranges import pass_through
+from .ranges import pass_through
 
 _SAMPLERS = re.compile(r"Categorical|multinomial")
 # A replay buffer in use (`ReplayBuffer(...)`, `self.replay_buffer.sample(...)`).

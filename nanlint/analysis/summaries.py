@@ -372,7 +372,7 @@ def module_summary_from_data(data: Dict[str, Any]):
 
 def _analysis_of(path: str, text: str, module=None):
     from ..core.context import FileContext
-    from ..precision import Precision
+    from .precision import Precision
     from .flow import FileAnalysis
 
     ctx = FileContext(path, text, module if module is not None else parse_module(text))

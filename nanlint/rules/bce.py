@@ -12,7 +12,7 @@ from ..analysis import guards
 from ..core.diagnostics import ProbeInput
 from ..core.context import FileContext, abstract_calls, free_inputs, is_atom, node_code, parenthesize, same_code, strip_parens
 from ..core.ops import number_value
-from ..ranges import is_guarded, pass_through
+from ..analysis.ranges import is_guarded, pass_through
 from .base import SAFE, UNSAFE, Rule
 
 _WITH_LOGITS = "torch.nn.functional.binary_cross_entropy_with_logits"

@@ -19,7 +19,7 @@ from ..core.context import FileContext, contains, dotted_name, is_atom, iter_cal
 from ..core.context import strip_parens as _strip_parens
 from ..core.diagnostics import Edit, Position, Probe
 from ..core.ops import number_value, split_args
-from ..loss_calls import Criteria, LossCall, match_loss_call, record_criterion
+from ..analysis.loss_calls import Criteria, LossCall, match_loss_call, record_criterion
 from .base import SAFE, UNSAFE, Rule
 
 _FLOAT32 = {"torch.float32", "torch.float", "torch.float64", "torch.double"}

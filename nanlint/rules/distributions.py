@@ -16,7 +16,7 @@ from .. import analysis
 from ..analysis import guards, repairs
 from ..core.context import FileContext, free_inputs, is_atom, node_code, same_code, strip_parens
 from ..core.ops import Op, number_value
-from ..ranges import can_be_zero, dtype_witness, is_guarded, probability_source
+from ..analysis.ranges import can_be_zero, dtype_witness, is_guarded, probability_source
 from .base import SAFE, UNSAFE, Rule
 
 # ---------------------------------------------------------------------- shared matching

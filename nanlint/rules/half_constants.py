@@ -21,7 +21,7 @@ from ..analysis.dtypes import float16_reason
 from ..core.context import FileContext, dotted_name, free_inputs, is_atom, node_code, strip_parens
 from ..core.ops import number_value, split_args
 from ..core.diagnostics import Step
-from ..ranges import FP16_ROUNDS_TO_ZERO, dtype_witness, pass_through
+from ..analysis.ranges import FP16_ROUNDS_TO_ZERO, dtype_witness, pass_through
 from .base import UNSAFE, Rule
 
 FP16_MAX = 65504.0

@@ -23,8 +23,8 @@ from ..core.context import FileContext, abstract_calls, free_inputs, node_code, 
 from ..core.diagnostics import Edit
 from ..core.ops import Op, number_value
 from .base import SAFE, Rule
-from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
-from ..rewrite import source_replacing as _replacing
+from ..analysis.rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
+from ..analysis.rewrite import source_replacing as _replacing
 from .bce import inside_hand_bce
 from .hand_sigmoid import negate
 

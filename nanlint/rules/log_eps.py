@@ -11,7 +11,7 @@ from ..analysis import repairs
 from ..core.context import FileContext, free_inputs, is_atom, node_code, parenthesize, strip_parens
 from ..core.diagnostics import ProbeInput, Step
 from ..core.ops import number_value
-from ..ranges import can_be_zero, dtype_witness, is_guarded, positive_constant
+from ..analysis.ranges import can_be_zero, dtype_witness, is_guarded, positive_constant
 from .base import UNSAFE, Rule
 from .bce import abstract_calls, inside_hand_bce
 

@@ -15,7 +15,7 @@ import libcst as cst
 from .. import analysis
 from ..core.context import FileContext, node_code, strip_parens
 from ..core.diagnostics import Edit, Probe
-from ..loss_calls import Criteria, LossCall, loss_input, match_loss_call, record_criterion
+from ..analysis.loss_calls import Criteria, LossCall, loss_input, match_loss_call, record_criterion
 from .base import UNSAFE, Rule
 
 _KL_FUNCTION = "torch.nn.functional.kl_div"

@@ -16,9 +16,9 @@ from ..analysis import expansions, guards, repairs
 from ..core.context import FileContext, free_inputs, is_atom, node_code, strip_parens
 from ..core.ops import Op, number_value
 from ..core.diagnostics import Step
-from ..ranges import is_guarded
+from ..analysis.ranges import is_guarded
 from .base import SAFE, UNSAFE, Rule
-from ..rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
+from ..analysis.rewrite import atom_source as _atom_src, follow_local as _follow, operand_key as _key, replace_edit as _edit, source_of as _src
 
 Env = Optional[Dict]
 

@@ -12,7 +12,7 @@ import libcst as cst
 from .. import analysis
 from ..core.context import FileContext, is_atom, node_code, same_code, strip_parens
 from ..core.ops import Op, number_value
-from ..ranges import guard
+from ..analysis.ranges import guard
 from ..analysis import batches, conditions, dtypes, guards
 from .base import SAFE, UNSAFE, Rule
 

@@ -61,7 +61,7 @@ def imported_modules(path: Path, text: str) -> Dict[str, Any]:
     """The project files the document's text imports, as `nanlint check` hands them to a
     file's lint (their summaries are computed on demand and kept for the server's life,
     by content: an edited model file is summarized again)."""
-    from ..project import ProjectIndex
+    from ..analysis.project import ProjectIndex
 
     index = ProjectIndex()
     try:

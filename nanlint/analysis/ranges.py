@@ -45,8 +45,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import libcst as cst
 
-from .core.context import Binding, FileContext, dotted_name, node_code, same_code, strip_parens
-from .core.ops import FINFO_FUNCTIONS, number_value, split_args
+from ..core.context import Binding, FileContext, dotted_name, node_code, same_code, strip_parens
+from ..core.ops import FINFO_FUNCTIONS, number_value, split_args
 
 # At or below this, a literal rounds to 0 in float16 (half the smallest subnormal, 2**-24;
 # 2**-25 itself is a tie and rounds to even, 0). Measured: 2.98e-8 -> 0, 2.99e-8 -> 5.96e-8.

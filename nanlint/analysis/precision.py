@@ -12,7 +12,7 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from .core.ops import split_args
+from ..core.ops import split_args
 
 _AUTOCAST = {
     "torch.autocast": None,  # device from the first argument / device_type=

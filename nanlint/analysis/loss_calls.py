@@ -14,8 +14,8 @@ from typing import Dict, Optional, Tuple
 
 import libcst as cst
 
-from .core.context import FileContext, dotted_name
-from .core.ops import number_value, split_args
+from ..core.context import FileContext, dotted_name
+from ..core.ops import number_value, split_args
 
 _FUNCTIONS = {
     "torch.nn.functional.cross_entropy": "cross_entropy",

@@ -9,8 +9,8 @@ from typing import Dict, Optional, Tuple
 
 import libcst as cst
 
-from .core.context import FileContext, is_atom, node_code, strip_parens
-from .core.diagnostics import Edit, Position
+from ..core.context import FileContext, is_atom, node_code, strip_parens
+from ..core.diagnostics import Edit, Position
 
 Env = Optional[Dict]
 

@@ -381,7 +381,7 @@ class ProjectIndex:
                     self._summaries[path] = summary
                     return summary
             try:
-                from .files import read_source
+                from ..files import read_source
 
                 summary = self.summarize(path, read_source(path).text)
             except Exception:  # a bad dependency must not stop the dependent's lint
@@ -496,7 +496,7 @@ class ProjectIndex:
         are computed on demand (the default): a `ModuleRef` per module as spelled (and per
         re-exported name, keyed `module:name`), naming the file by its path under the
         project root."""
-        from .analysis.summaries import ModuleRef
+        from .summaries import ModuleRef
 
         out: Dict[str, Any] = {}
         key = self._key(path)
