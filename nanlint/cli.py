@@ -314,7 +314,7 @@ def _print_unsafe_hint(diagnostics: List[Diagnostic], unsafe: bool, err: bool = 
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def rule_command(code: Optional[str], every: bool, output_format: str) -> None:
     """Print the page of rule CODE (e.g. NAN101), or with --all of every rule."""
-    from .pages import render_page
+    from .rules.pages import render_page
 
     if every == (code is not None):
         raise click.UsageError("give a rule CODE or --all")

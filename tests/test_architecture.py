@@ -7,7 +7,7 @@ from pathlib import Path
 import nanlint.rules
 
 RULES = Path(nanlint.rules.__file__).parent
-RULE_MODULES = sorted(p for p in RULES.glob("*.py") if p.name not in ("__init__.py", "base.py"))
+RULE_MODULES = sorted(p for p in RULES.glob("*.py") if p.name != "__init__.py" and p.stem not in nanlint.rules.NOT_RULES)
 
 
 def _imports_from_rule_modules(path: Path):

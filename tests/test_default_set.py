@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nanlint import default_set
+from nanlint.rules import default_set
 from nanlint.config import Settings, select_rules
 from nanlint.engine import lint_source
 from nanlint.fixes import fix_source

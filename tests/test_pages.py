@@ -1,8 +1,8 @@
-"""rules/ holds exactly the pages the rule classes render (regenerate: python -m nanlint.pages)."""
+"""rules/ holds exactly the pages the rule classes render (regenerate: python -m nanlint.rules.pages)."""
 
 from pathlib import Path
 
-from nanlint.pages import expected_files
+from nanlint.rules.pages import expected_files
 from nanlint.rules import all_rules
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
@@ -11,9 +11,9 @@ RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 def test_rule_pages_are_in_sync():
     want = expected_files()
     have = {p.relative_to(RULES_DIR).as_posix(): p.read_text(encoding="utf-8") for p in RULES_DIR.rglob("*.md")}
-    assert sorted(have) == sorted(want), "run `python -m nanlint.pages` to regenerate rules/"
+    assert sorted(have) == sorted(want), "run `python -m nanlint.rules.pages` to regenerate rules/"
     for name, text in want.items():
-        assert have[name] == text, f"rules/{name} is stale: run `python -m nanlint.pages`"
+        assert have[name] == text, f"rules/{name} is stale: run `python -m nanlint.rules.pages`"
 
 
 def test_every_rule_has_a_kind_and_its_page_sits_in_that_kind_s_folder():
@@ -48,7 +48,7 @@ def test_every_rule_is_documented():
 def test_verified_sections_follow_the_measured_ones():
     """Each calibrated section (nanlint/verify/verified/CODE.md) is on its rule's page, after
     "Where it fails (measured)" and before the example; rules without one get no heading."""
-    from nanlint.pages import render_page, verified_section
+    from nanlint.rules.pages import render_page, verified_section
 
     verified_dir = Path(__file__).resolve().parent.parent / "nanlint" / "verify" / "verified"
     calibrated = {p.stem for p in verified_dir.glob("*.md")}
@@ -74,7 +74,7 @@ def test_pages_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from nanlint.pages import expected_files; "
+    code = ("import sys; from nanlint.rules.pages import expected_files; "
             "files = expected_files(); assert 'Where it fails (verified)' in files['form/NAN101.md']; "
             "assert 'torch' not in sys.modules, 'pages imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -94,7 +94,7 @@ def test_rule_command_shows_the_verified_section():
 
 def test_pages_command_checks_and_refuses_options_it_does_not_know(tmp_path, monkeypatch, capsys):
     """A mistyped flag once became a directory of pages named `--check` in the repository."""
-    from nanlint.pages import main
+    from nanlint.rules.pages import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["--chek"]) == 2

@@ -46,7 +46,7 @@ def _committed(code: str) -> str:
 def test_committed_section_is_what_calibration_gives(code):
     assert machine_independent(calibrate(code, FIXTURES)) == machine_independent(_committed(code)), (
         f"nanlint/verify/verified/{code}.md is stale: run `python -m nanlint.verify.calibrate {code}` "
-        "and `python -m nanlint.pages rules`")
+        "and `python -m nanlint.rules.pages rules`")
 
 
 def test_every_rule_with_fixtures_has_a_section():

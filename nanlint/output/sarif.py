@@ -10,7 +10,7 @@ from .. import rule_url
 from ..core.diagnostics import Diagnostic, Step
 from ..core.install import version
 from ..rules import all_rules
-from ..pages import render_page
+from ..rules.pages import render_page
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 

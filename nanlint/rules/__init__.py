@@ -12,13 +12,15 @@ from typing import Dict, List, Type
 from .base import Rule
 
 _REGISTRY: Dict[str, Type[Rule]] = {}
+# The modules here that hold no rule: the base class, the default set, the pages.
+NOT_RULES = ("base", "default_set", "pages")
 
 
 def _load() -> None:
     if _REGISTRY:
         return
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name == "base" or info.name.startswith("_"):
+        if info.name in NOT_RULES or info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         for obj in vars(module).values():

@@ -430,7 +430,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"calibrate: {_plural(len(codes), 'rule')} in {time.perf_counter() - total:.1f} s", file=sys.stderr)
     if stale:
         print(f"calibrate: stale: {', '.join(stale)} (run `python -m nanlint.verify.calibrate "
-              f"{' '.join(stale)}` and `python -m nanlint.pages rules`)", file=sys.stderr)
+              f"{' '.join(stale)}` and `python -m nanlint.rules.pages rules`)", file=sys.stderr)
         return 1
     return 0
 

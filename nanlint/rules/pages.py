@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import List, Optional, Type
 
 from .default_set import sentence
-from .rules import Rule, all_rules
-from .rules.base import KINDS
+from . import Rule, all_rules
+from .base import KINDS
 
 
 def _fix_line(rule: Type[Rule]) -> str:
@@ -121,7 +121,7 @@ def render_catalog() -> str:
     lines = [
         "# nanlint rules",
         "",
-        "Generated from the rule classes (`python -m nanlint.pages`); `nanlint rule CODE` prints a page.",
+        "Generated from the rule classes (`python -m nanlint.rules.pages`); `nanlint rule CODE` prints a page.",
         "",
         "Every rule is of one kind, and its findings are judged (and verified) by that kind's claim.",
     ]
@@ -178,7 +178,7 @@ def stale_pages(directory: Path) -> List[str]:
 
 
 def main(argv: List[str]) -> int:
-    usage = "usage: python -m nanlint.pages [--check] [DIRECTORY]   (DIRECTORY defaults to rules)"
+    usage = "usage: python -m nanlint.rules.pages [--check] [DIRECTORY]   (DIRECTORY defaults to rules)"
     check = "--check" in argv
     rest = [arg for arg in argv if arg != "--check"]
     if len(rest) > 1 or any(arg.startswith("-") for arg in rest):
@@ -188,7 +188,7 @@ def main(argv: List[str]) -> int:
     if check:
         stale = stale_pages(directory)
         for name in stale:
-            print(f"{directory / name}: stale (run `python -m nanlint.pages`)")
+            print(f"{directory / name}: stale (run `python -m nanlint.rules.pages`)")
         return 1 if stale else 0
     write_pages(directory)
     return 0
