@@ -48,7 +48,7 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 
 import libcst  # noqa: E402
 
-from nanlint.engine import lint_source, may_match  # noqa: E402
+from nanlint.lint.engine import lint_source, may_match  # noqa: E402
 from nanlint.files import SourceError, read_source  # noqa: E402
 from nanlint.rules import all_rules  # noqa: E402
 
@@ -330,7 +330,7 @@ def run_phase(name: str, root: Path, cache_dir: Optional[Path] = None, jobs: int
 def touched_file(root: Path) -> Tuple[Path, List[Path]]:
     """The file the warm-after-edit phase edits: the torch file with the most importers
     among those with at most 10 (an ordinary module, not a package's hub), and those importers."""
-    from nanlint.engine import may_match
+    from nanlint.lint.engine import may_match
     from nanlint.analysis.project import ProjectIndex
 
     index = ProjectIndex()

@@ -33,8 +33,8 @@ import libcst as cst
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nanlint.engine import lint_source  # noqa: E402
-from nanlint.fixes import fix_source  # noqa: E402
+from nanlint.lint.engine import lint_source  # noqa: E402
+from nanlint.lint.fixes import fix_source  # noqa: E402
 from nanlint.rules import all_rules  # noqa: E402
 from nanlint.core.text import split_lines  # noqa: E402
 

@@ -30,7 +30,7 @@ DIMS = [None, 0, 1, -1, -2, 5]
 
 
 def fixture_findings() -> List[Dict[str, Any]]:
-    from nanlint.engine import lint_source
+    from nanlint.lint.engine import lint_source
     from nanlint.output.json_format import to_dict
     from nanlint.verify.fixture_set import fixture_files, rules_for_fixture
 

@@ -56,7 +56,7 @@ def _lint_share(paths: List[str]) -> Tuple[List[dict], int]:
     """Lint each file (every rule, the default budget); per-file usage and this worker's peak
     resident memory in bytes."""
     from nanlint.config import Settings
-    from nanlint.engine import lint_source
+    from nanlint.lint.engine import lint_source
     from nanlint.rules import all_rules
 
     rules = all_rules()

@@ -25,9 +25,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from .core.bounds import FileBudget, parse_refusal, quiet_python_parser
 from .core.diagnostics import Diagnostic, Edit, Fix, Position, Step
-from .engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
+from .lint.engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
 from .files import ChangedDuringRun, SourceFile, write_fixed
-from .fixes import fix_source
+from .lint.fixes import fix_source
 from .rules import Rule
 
 SUFFIX = ".ipynb"

@@ -12,9 +12,9 @@ from . import collector
 from .cache import Cache, imports_of_entry, result_from_data, result_to_data
 from .config import Settings, relative_display, select_rules
 from .core.diagnostics import Diagnostic
-from .engine import io_error, lint_source
+from .lint.engine import io_error, lint_source
 from .files import ChangedDuringRun, SourceError, discover, read_source, write_fixed
-from .fixes import fix_source
+from .lint.fixes import fix_source
 from .jobs import FileOutcome, FileTask, Mode, RunResult, run_tasks, usable_cpus  # noqa: F401 (RunResult: re-exported)
 from .progress import Progress
 from .analysis.precision import TrainingPrecision

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pickle
 
 from nanlint import analysis
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 from nanlint.rules import get_rule
 from nanlint.rules.base import LatentFindings
 

@@ -24,7 +24,7 @@ import nanlint
 from nanlint.cli import main
 from nanlint.core.context import node_code
 from nanlint.core.diagnostics import UNSAFE
-from nanlint.fixes import fix_source
+from nanlint.lint.fixes import fix_source
 from nanlint.core.install import version_line
 from nanlint.rules import Rule, all_rules, get_rule
 

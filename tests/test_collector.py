@@ -48,7 +48,8 @@ def test_a_linted_file_leaves_no_cycle_behind(monkeypatch):
     file's tree and analysis are freed at once, not at the next full collection."""
     import weakref
 
-    from nanlint import analysis, engine
+    from nanlint import analysis
+    from nanlint.lint import engine
     from nanlint.config import select_rules
 
     made = []

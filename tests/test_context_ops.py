@@ -47,7 +47,7 @@ def test_calls_of_user_code_become_free_inputs_in_a_probe():
 
 def _input_names(source: str, code: str):
     """The probe inputs' names of each finding of rule `code` on `source`."""
-    from nanlint.engine import lint_source
+    from nanlint.lint.engine import lint_source
     from nanlint.rules import get_rule
 
     return [[i.name for i in d.probe.inputs] for d in lint_source("m.py", source, [get_rule(code)]).diagnostics]

@@ -9,8 +9,8 @@ import pytest
 
 from nanlint.rules import default_set
 from nanlint.config import Settings, select_rules
-from nanlint.engine import lint_source
-from nanlint.fixes import fix_source
+from nanlint.lint.engine import lint_source
+from nanlint.lint.fixes import fix_source
 from nanlint.rules import all_rules, get_rule
 
 ROOT = Path(__file__).resolve().parent.parent

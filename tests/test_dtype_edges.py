@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nanlint.analysis.transfer import EXP_OVERFLOW, EXP_UNDERFLOW
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 from nanlint.rules import get_rule
 from nanlint.verify.verifier import verify_one
 

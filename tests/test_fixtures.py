@@ -8,9 +8,9 @@ from collections import Counter
 import libcst as cst
 import pytest
 
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 from nanlint.rules import all_rules
-from nanlint.fixes import fix_source
+from nanlint.lint.fixes import fix_source
 
 from fixture_support import expected, fixture_files, rules_for_fixture
 from nanlint.verify.fixture_set import LATENT_SUFFIX

@@ -27,7 +27,7 @@ def test_the_fuzzer_catches_offsets_counted_with_splitlines(monkeypatch):
     monkeypatch.setattr(text, "split_lines", lambda s, keepends=False: s.splitlines(keepends))
     monkeypatch.setattr(text, "line_starts", _splitlines_starts)
     import nanlint.core.context as context
-    import nanlint.fixes as fixes
+    import nanlint.lint.fixes as fixes
 
     monkeypatch.setattr(context, "split_lines", text.split_lines)
     monkeypatch.setattr(context, "line_starts", _splitlines_starts)

@@ -72,7 +72,7 @@ def reduce(loss, mask, reduction):
 def test_a_probe_in_an_elif_arm_does_not_inline_an_earlier_arms_assignment():
     # Only one arm of a chain runs: the `batch` arm's probe reads `loss` and `mask`, not
     # the `mean` arm's value of `out`.
-    from nanlint.engine import lint_source
+    from nanlint.lint.engine import lint_source
     from nanlint.rules import all_rules
 
     result = lint_source("m.py", ARMS, [r for r in all_rules() if r.code in ("NAN113", "NAN201")] + [LatentFindings])
@@ -82,7 +82,7 @@ def test_a_probe_in_an_elif_arm_does_not_inline_an_earlier_arms_assignment():
 
 
 def test_a_list_filled_by_append_is_an_input_not_the_empty_literal():
-    from nanlint.engine import lint_source
+    from nanlint.lint.engine import lint_source
     from nanlint.rules import all_rules
 
     source = (

@@ -14,9 +14,9 @@ from test_cli import cli as default_cli  # noqa: F401 - the in-process CLI fixtu
 
 from nanlint.core.bounds import FileBudget, parse_refusal
 from nanlint.core.diagnostics import Edit, Position
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 from nanlint.rules.base import LatentFindings
-from nanlint.fixes import SpanMismatch, apply_edits, fix_source
+from nanlint.lint.fixes import SpanMismatch, apply_edits, fix_source
 from nanlint.rules import Rule, all_rules, get_rule
 
 # NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these

@@ -10,7 +10,7 @@ from typing import List, Tuple
 import pytest
 
 from nanlint.config import Settings, select_rules
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 
 
 def _found(source: str) -> List[Tuple[int, str]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 from nanlint.rules import get_rule
 from nanlint.verify.calibrate import (
     VERIFIED_DIR,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from nanlint.core.diagnostics import Probe, ProbeInput
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 from nanlint.rules import all_rules
 from nanlint.verify.expression import verify_expression
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 from nanlint.rules import get_rule
 from nanlint.verify.expression import prepare_probe
 from nanlint.verify.verifier import verify_one

@@ -146,7 +146,7 @@ _CLIP = "        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
 ])
 def test_training_step_findings_carry_the_optimizer_the_file_builds(code, body, params):
     """The harnesses run the optimizer the code builds: the probe names it, with its lr."""
-    from nanlint.engine import lint_source
+    from nanlint.lint.engine import lint_source
     from nanlint.rules import get_rule
 
     (d,) = lint_source("train.py", _LOOP.format(body=body), [get_rule(code)]).diagnostics

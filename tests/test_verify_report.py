@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from nanlint.core.diagnostics import Probe, ProbeInput
-from nanlint.engine import lint_source
+from nanlint.lint.engine import lint_source
 from nanlint.rules import all_rules
 from nanlint.rules.base import LatentFindings
 from nanlint.verify import contexts as C

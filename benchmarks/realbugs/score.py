@@ -69,7 +69,8 @@ def _parse(text: str) -> Optional[ast.AST]:
 def _nanlint(root: Optional[str]):
     if root:
         sys.path.insert(0, str(Path(root).resolve()))
-    from nanlint import config, engine  # noqa: E402  (imported after the path is set)
+    from nanlint import config  # noqa: E402  (imported after the path is set)
+    from nanlint.lint import engine  # noqa: E402
 
     return config, engine
 

@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..config import ConfigError, Settings, load_settings, select_rules
 from ..core.bounds import FileBudget
 from ..core.diagnostics import Diagnostic, Edit, Position
-from ..engine import lint_source
-from ..fixes import fix_source
+from ..lint.engine import lint_source
+from ..lint.fixes import fix_source
 from ..project_precision import ProjectPrecisionFinder
 from ..project_precision import resolve as resolve_precision
 

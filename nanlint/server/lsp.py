@@ -16,7 +16,7 @@ from pygls.workspace import TextDocument
 
 from .. import rule_url
 from ..core.diagnostics import SAFE, Diagnostic, Edit, Position
-from ..engine import IO_ERROR, SYNTAX_ERROR
+from ..lint.engine import IO_ERROR, SYNTAX_ERROR
 from ..core.install import version
 from .edits import LINTED_SUFFIXES, Linted, fix_all_safe, ignore_edit, lint_document
 

@@ -35,7 +35,7 @@ os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 import torch  # noqa: E402
 
 from ..core.diagnostics import Diagnostic
-from ..engine import lint_source
+from ..lint.engine import lint_source
 from .fixture_set import FIXTURES, fixture_code, fixture_files, rules_for_fixture
 from .expression import EXTREME
 from .verdict import (

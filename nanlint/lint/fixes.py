@@ -6,11 +6,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, List, Sequence, Set, Tuple, Type
 
-from .core.bounds import FileBudget, parse_module
-from .core.diagnostics import Diagnostic, Edit, Fix
+from ..core.bounds import FileBudget, parse_module
+from ..core.diagnostics import Diagnostic, Edit, Fix
 from .engine import LintResult, lint_source
-from .rules import Rule
-from .core.text import line_starts, offset
+from ..rules import Rule
+from ..core.text import line_starts, offset
 
 MAX_ROUNDS = 20
 

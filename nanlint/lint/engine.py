@@ -11,14 +11,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 
 import libcst as cst
 
-from .core.context import FileContext, Scope, comment_tokens
-from .core.diagnostics import Diagnostic, Position
-from .analysis.precision import Precision
-from .rules import Rule
-from .rules.base import reports_latent
-from .core.bounds import FileBudget, NestedTooDeeply, OverBudget, parse_refusal, quiet_python_parser, run_deep
-from .core.triggers import firing
-from .core.text import split_lines
+from ..core.context import FileContext, Scope, comment_tokens
+from ..core.diagnostics import Diagnostic, Position
+from ..analysis.precision import Precision
+from ..rules import Rule
+from ..rules.base import reports_latent
+from ..core.bounds import FileBudget, NestedTooDeeply, OverBudget, parse_refusal, quiet_python_parser, run_deep
+from ..core.triggers import firing
+from ..core.text import split_lines
 
 SYNTAX_ERROR = "NAN001"
 IO_ERROR = "NAN002"
@@ -365,7 +365,7 @@ def _bind_targets(ctx: FileContext, target: cst.BaseExpression, value) -> None:
 
 
 def _note_constant(ctx: FileContext, name: str, value: cst.BaseExpression) -> None:
-    from .core.ops import number_value
+    from ..core.ops import number_value
 
     number = number_value(value)
     if number is not None:
