@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 import libcst  # noqa: E402
 
 from nanlint.lint.engine import lint_source, may_match  # noqa: E402
-from nanlint.files import SourceError, read_source  # noqa: E402
+from nanlint.run.files import SourceError, read_source  # noqa: E402
 from nanlint.rules import all_rules  # noqa: E402
 
 CORPUS = HERE / "corpus"
@@ -154,7 +154,7 @@ def in_process(args: argparse.Namespace) -> None:
     roots = [fetch(name) for name in names]
     files = load(roots)
     if args.select:
-        from nanlint.config import Settings, select_rules
+        from nanlint.run.config import Settings, select_rules
 
         rules = select_rules(Settings(select=args.select.split(",")))
     else:
@@ -291,9 +291,9 @@ def phase_main(name: str, root: Path, cache_dir: Optional[Path], jobs: int, sele
                               capture_output=True, text=True)
         report["findings"] = len(done.stdout.splitlines())
     else:
-        from nanlint.cache import Cache
-        from nanlint.config import Settings
-        from nanlint.runner import run
+        from nanlint.run.cache import Cache
+        from nanlint.run.config import Settings
+        from nanlint.run.runner import run
 
         cache = Cache(cache_dir) if cache_dir is not None else None
         os.chdir(root)

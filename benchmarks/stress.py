@@ -55,7 +55,7 @@ def corpus_roots(which: str) -> List[Path]:
 def _lint_share(paths: List[str]) -> Tuple[List[dict], int]:
     """Lint each file (every rule, the default budget); per-file usage and this worker's peak
     resident memory in bytes."""
-    from nanlint.config import Settings
+    from nanlint.run.config import Settings
     from nanlint.lint.engine import lint_source
     from nanlint.rules import all_rules
 
@@ -88,7 +88,7 @@ def main() -> int:
     ap.add_argument("--show", type=int, default=10, help="how many of the slowest files to list")
     args = ap.parse_args()
 
-    from nanlint.config import Settings
+    from nanlint.run.config import Settings
 
     budget = Settings().file_budget()
     files = sorted(str(p) for root in corpus_roots(args.corpus) for p in root.rglob("*.py"))

@@ -15,11 +15,11 @@ from typing import List, Optional, Sequence
 
 import click
 
-from .config import ConfigError, apply_cli, load_settings, parse_seconds, parse_size
+from .run.config import ConfigError, apply_cli, load_settings, parse_seconds, parse_size
 from .core.diagnostics import Diagnostic
-from .cache import open_cache
-from .progress import progress_for
-from .runner import run
+from .run.cache import open_cache
+from .run.progress import progress_for
+from .run.runner import run
 from .output import FORMATS, render
 from .rules import all_rules, get_rule
 from .verify.command import verify_command  # imports no torch until `verify` runs
@@ -157,7 +157,7 @@ def check(
     sources = None
     stdout_source = None
     if from_stdin:
-        from .runner import run_stdin, stdin_display
+        from .run.runner import run_stdin, stdin_display
 
         text = click.get_text_stream("stdin").read()
         result, fixed_text = run_stdin(text, stdin_filename, settings, fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
@@ -166,7 +166,7 @@ def check(
             stdout_source = fixed_text
     else:
         if verbose:
-            from .files import discover
+            from .run.files import discover
 
             for path in discover(list(paths) or ["."], settings):
                 click.echo(f"nanlint: checking {path.as_posix()}", err=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import nanlint.jobs
+import nanlint.run.jobs
 
 # Let tests import their shared helpers (fixture_support) by module name.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,5 +28,5 @@ def pools(monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counting)
-    monkeypatch.setattr(nanlint.jobs, "POOL_MIN_BYTES", 0)
+    monkeypatch.setattr(nanlint.run.jobs, "POOL_MIN_BYTES", 0)
     return started

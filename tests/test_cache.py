@@ -13,13 +13,13 @@ from typing import Dict
 import libcst as cst
 import pytest
 
-import nanlint.cache
-from nanlint.cache import Cache, diagnostic_from_data, diagnostic_to_data
+import nanlint.run.cache
+from nanlint.run.cache import Cache, diagnostic_from_data, diagnostic_to_data
 from nanlint.cli import main
-from nanlint.config import Settings
+from nanlint.run.config import Settings
 from nanlint.output import render
 from nanlint.rules import Rule
-from nanlint.runner import run
+from nanlint.run.runner import run
 
 # NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these
 # tests' sample hazard.
@@ -144,7 +144,7 @@ def test_settings_and_nanlint_code_are_part_of_the_key(tmp_path, monkeypatch):
     assert again(Settings(root=project, ignore=["NAN101"])).misses == 1
     assert again(Settings(root=project, precision="float16")).misses == 1
     assert again(Settings(root=project)).hits == 1  # other settings did not evict it
-    monkeypatch.setattr(nanlint.cache, "_code_fingerprint", "another build of nanlint")
+    monkeypatch.setattr(nanlint.run.cache, "_code_fingerprint", "another build of nanlint")
     assert again(Settings(root=project)).misses == 1
 
 
@@ -226,7 +226,7 @@ CROSS_FILE = {
 
 
 def test_editing_an_imported_module_relints_its_importers_and_changes_their_result(tmp_path, monkeypatch):
-    monkeypatch.setattr("nanlint.runner.select_rules", lambda settings: [_LogOfImportedSoftmax])
+    monkeypatch.setattr("nanlint.run.runner.select_rules", lambda settings: [_LogOfImportedSoftmax])
     project = make(tmp_path / "p", CROSS_FILE)
 
     def go():
@@ -317,7 +317,7 @@ def test_the_repository_ignores_the_cache(tmp_path):
 _WRITER = """
 import sys
 from pathlib import Path
-from nanlint.cache import Cache
+from nanlint.run.cache import Cache
 cache = Cache(Path(sys.argv[1]))
 me = sys.argv[2]
 payload = {"diagnostics": [], "writer": me, "padding": me * (1000 if me == "a" else 50000)}

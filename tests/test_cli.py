@@ -289,7 +289,7 @@ def test_real_entry_point_in_a_subprocess(tmp_path):
 
 
 def test_importing_the_cli_does_not_import_torch():
-    code = "import sys, nanlint.cli, nanlint.runner; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, nanlint.cli, nanlint.run.runner; assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -670,7 +670,7 @@ def test_failed_write_leaves_the_original_intact(cli, tmp_path, monkeypatch):
 
 
 def test_failure_while_writing_the_temp_file_leaves_the_original(tmp_path, monkeypatch):
-    from nanlint import files
+    from nanlint.run import files
 
     path = write(tmp_path / "m.py", HAZARD)
 
@@ -1110,7 +1110,7 @@ def test_precision_config_reports_half_only_hazards_everywhere(cli, tmp_path):
 
 
 def test_precision_config_reaches_the_rules(tmp_path):
-    from nanlint.config import load_settings
+    from nanlint.run.config import load_settings
 
     (tmp_path / "pyproject.toml").write_text('[tool.nanlint]\nprecision = "bf16"\n')
     assert load_settings(start=tmp_path).precision == "bfloat16"

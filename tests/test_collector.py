@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 
-from nanlint import collector
-from nanlint.config import Settings
-from nanlint.runner import run
+from nanlint.run import collector
+from nanlint.run.config import Settings
+from nanlint.run.runner import run
 
 
 def test_a_run_tunes_the_collector_and_restores_it(tmp_path, monkeypatch):
@@ -50,7 +50,7 @@ def test_a_linted_file_leaves_no_cycle_behind(monkeypatch):
 
     from nanlint import analysis
     from nanlint.lint import engine
-    from nanlint.config import select_rules
+    from nanlint.run.config import select_rules
 
     made = []
     real = analysis.file_analysis

@@ -12,7 +12,7 @@ from typing import Dict, List, Set, Tuple
 
 import pytest
 
-import nanlint.runner
+import nanlint.run.runner
 from fixture_support import expected
 from nanlint.analysis import summaries
 from nanlint.analysis.values import INF, Evidence, Value
@@ -34,13 +34,13 @@ def check(monkeypatch, capsys, tmp_path):
     """`nanlint check --output-format json` in the project with a cache in tmp_path: the
     findings as (file, row, code, message) and the files actually linted (not from cache)."""
     linted: List[str] = []
-    real = nanlint.runner.run_tasks
+    real = nanlint.run.runner.run_tasks
 
     def recording(tasks, mode, jobs):
         linted.extend(Path(t.display).as_posix() for t in tasks)
         return real(tasks, mode, jobs)
 
-    monkeypatch.setattr(nanlint.runner, "run_tasks", recording)
+    monkeypatch.setattr(nanlint.run.runner, "run_tasks", recording)
 
     def go(cwd: Path, *args: str) -> Tuple[List[Tuple[str, int, str, str]], Set[str]]:
         monkeypatch.chdir(cwd)
@@ -310,8 +310,8 @@ def test_a_function_run_under_autocast_in_its_file_says_so(tmp_path):
 def test_eager_whole_module_summaries_give_the_same_findings(project, monkeypatch):
     """The index's pluggable provider with whole-module summaries (`summarize_file`): the
     cache key then holds the imported summaries instead of the imported bytes."""
-    from nanlint.config import Settings
-    from nanlint.runner import run
+    from nanlint.run.config import Settings
+    from nanlint.run.runner import run
 
     monkeypatch.chdir(project)
     settings = Settings(root=project)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nanlint.rules import default_set
-from nanlint.config import Settings, select_rules
+from nanlint.run.config import Settings, select_rules
 from nanlint.lint.engine import lint_source
 from nanlint.lint.fixes import fix_source
 from nanlint.rules import all_rules, get_rule

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import nanlint.jobs
-import nanlint.progress
+import nanlint.run.jobs
+import nanlint.run.progress
 from nanlint.cli import main
-from nanlint.config import Settings, select_rules
+from nanlint.run.config import Settings, select_rules
 from nanlint.rules import Rule
 from nanlint.output import render
-from nanlint.progress import Progress, progress_for
-from nanlint.runner import run
+from nanlint.run.progress import Progress, progress_for
+from nanlint.run.runner import run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,7 +113,7 @@ def test_jobs_option_and_config_key(tmp_path, pools, monkeypatch, capsys):
 
 def test_default_jobs_is_the_usable_cpus(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
-    assert nanlint.jobs.usable_cpus() == 3
+    assert nanlint.run.jobs.usable_cpus() == 3
 
 
 class _Crash(Rule):
@@ -133,7 +133,7 @@ def test_a_dead_worker_is_reported_and_the_other_files_are_linted(tmp_path, pool
     project = project_copy(tmp_path, "NAN1*.py")
     (project / "crash.py").write_text("import torch\n# CRASH HERE\n")
     expected = run_in(project, jobs=1, diff=False)  # (no crash: the rule is not selected yet)
-    monkeypatch.setattr("nanlint.runner.select_rules", lambda s: [*select_rules(s), _Crash])
+    monkeypatch.setattr("nanlint.run.runner.select_rules", lambda s: [*select_rules(s), _Crash])
     got = run_in(project, jobs=2)
     assert got.internal_errors == [
         "internal error on crash.py: the worker process linting it died (A process in the process "
@@ -174,7 +174,7 @@ def _read_all(fd: int) -> str:
 def _nanlint_with_stderr(project: Path, stderr, *args: str) -> subprocess.CompletedProcess:
     # A delay of 0 makes every run "longer than a moment" (the real delay is half a second).
     code = (
-        "import sys, nanlint.progress as p; p.DELAY_S = 0.0; from nanlint.cli import main; "
+        "import sys, nanlint.run.progress as p; p.DELAY_S = 0.0; from nanlint.cli import main; "
         "main(sys.argv[1:])"
     )
     return subprocess.run(

@@ -18,7 +18,7 @@ import pytest
 
 from nanlint.cli import main
 from nanlint.core.diagnostics import Position
-from nanlint.notebooks import read_notebook
+from nanlint.run.notebooks import read_notebook
 
 # NAN101 (a sigmoid written by hand: one expression, an exact fix, on by default) is these
 # tests' sample hazard.

@@ -14,10 +14,10 @@ from typing import List, Optional, Tuple
 import pytest
 
 from nanlint.cli import main
-from nanlint.config import Settings
+from nanlint.run.config import Settings
 from nanlint.analysis.project import find_root
-from nanlint import project_precision
-from nanlint.project_precision import ProjectPrecisionFinder, find_sign, project_of
+from nanlint.run import project_precision
+from nanlint.run.project_precision import ProjectPrecisionFinder, find_sign, project_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "fixtures" / "projects" / "half_trainer"

@@ -304,7 +304,7 @@ def test_the_output_samples_are_what_nanlint_prints():
 
 
 def test_the_configuration_sample_is_valid(tmp_path):
-    from nanlint.config import load_settings
+    from nanlint.run.config import load_settings
 
     (tmp_path / "pyproject.toml").write_text(_block("[tool.nanlint]"))
     settings = load_settings(str(tmp_path / "pyproject.toml"))

@@ -506,7 +506,7 @@ def test_fix_writes_through_a_symlink_to_its_target(cli, tmp_path):
     (lambda p: p.write_text("import torch\nx = 2\n"), "it changed on disk during the run"),
 ])
 def test_fix_never_recreates_or_overwrites_a_file_touched_during_the_run(cli, tmp_path, monkeypatch, meanwhile, words):
-    import nanlint.runner as runner
+    import nanlint.run.runner as runner
 
     path = write(tmp_path / "m.py", "import torch\n" + LOG_SOFTMAX)
     real_fix_source = runner.fix_source

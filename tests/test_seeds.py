@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 import pytest
 
-from nanlint.config import Settings, select_rules
+from nanlint.run.config import Settings, select_rules
 from nanlint.lint.engine import lint_source
 
 

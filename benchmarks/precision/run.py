@@ -83,7 +83,10 @@ def lint(python: str, root: Path, config: Path, select: Optional[str] = None, la
 def linted_files(python: str, root: Path, config: Path) -> int:
     """How many .py files nanlint walks in the package (its default excludes drop, e.g., the
     copy of the sources that some wheels ship under build/lib)."""
-    code = ("import sys; from nanlint.config import load_settings; from nanlint.files import discover; "
+    # (Another branch may predate the layer folders and keep config and files on top.)
+    code = ("import sys\n"
+            "try: from nanlint.run.config import load_settings; from nanlint.run.files import discover\n"
+            "except ImportError: from nanlint.config import load_settings; from nanlint.files import discover\n"
             "print(sum(1 for _ in discover(['.'], load_settings(sys.argv[1]))))")
     out = subprocess.run([python, "-c", code, str(config)], cwd=root, capture_output=True, text=True, check=True)
     return int(out.stdout.strip())

@@ -69,8 +69,12 @@ def _parse(text: str) -> Optional[ast.AST]:
 def _nanlint(root: Optional[str]):
     if root:
         sys.path.insert(0, str(Path(root).resolve()))
-    from nanlint import config  # noqa: E402  (imported after the path is set)
-    from nanlint.lint import engine  # noqa: E402
+    # Imported after the path is set; a checkout from before the layer folders has them on top.
+    try:
+        from nanlint.lint import engine
+        from nanlint.run import config
+    except ImportError:
+        from nanlint import config, engine  # type: ignore[no-redef]
 
     return config, engine
 
@@ -210,7 +214,7 @@ def project_checkout(mirrors: Path, repo: str, commit: str) -> Path:
 
 def project_precision(file: Path, settings):
     """The precision nanlint finds for `file` in its checkout (None: float32)."""
-    from nanlint.project_precision import ProjectPrecisionFinder
+    from nanlint.run.project_precision import ProjectPrecisionFinder
 
     return ProjectPrecisionFinder().of(file, settings)
 

@@ -530,7 +530,7 @@ class SummaryStore:
             return None
         found = self._caches.get(ref.cache)
         if found is None:
-            from ..cache import Cache
+            from ..run.cache import Cache
 
             found = self._caches[ref.cache] = Cache(ref.cache)
         return found
@@ -558,7 +558,7 @@ def _read_as_run(ref: ModuleRef):
     what it held then is unknown), None where it cannot be read."""
     from pathlib import Path
 
-    from ..files import read_source
+    from ..run.files import read_source
 
     try:
         source = read_source(Path(ref.path))

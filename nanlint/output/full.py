@@ -24,11 +24,11 @@ def _reader() -> Callable[[Diagnostic], Optional[List[str]]]:
         if key not in cache:
             text: Optional[str] = None
             if d.cell is not None:
-                from ..notebooks import cell_text
+                from ..run.notebooks import cell_text
 
                 text = cell_text(d.path, d.cell)
             else:
-                from ..files import SourceError, read_source
+                from ..run.files import SourceError, read_source
 
                 try:
                     text = read_source(Path(d.path)).text

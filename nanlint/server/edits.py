@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..config import ConfigError, Settings, load_settings, select_rules
+from ..run.config import ConfigError, Settings, load_settings, select_rules
 from ..core.bounds import FileBudget
 from ..core.diagnostics import Diagnostic, Edit, Position
 from ..lint.engine import lint_source
 from ..lint.fixes import fix_source
-from ..project_precision import ProjectPrecisionFinder
-from ..project_precision import resolve as resolve_precision
+from ..run.project_precision import ProjectPrecisionFinder
+from ..run.project_precision import resolve as resolve_precision
 
 LINTED_SUFFIXES = (".py", ".pyi")
 

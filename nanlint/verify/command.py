@@ -68,7 +68,7 @@ def verify_command(
         click.echo(f"nanlint: error: {INSTALL_HINT}", err=True)
         sys.exit(2)
 
-    from ..config import apply_cli, load_settings
+    from ..run.config import apply_cli, load_settings
     from .findings import FindingsError, lint_findings, printable_line, read_findings, selected
 
     settings = apply_cli(load_settings(config_path), select, extend_select, ignore)

@@ -11,7 +11,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..config import Settings, select_rules
+from ..run.config import Settings, select_rules
 from ..core.diagnostics import INPUT_KINDS, RELATIONS, Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
 from ..rules import all_rules
 
@@ -251,7 +251,7 @@ def selected(diagnostics: Sequence[Diagnostic], settings: Settings) -> List[Diag
 
 
 def lint_findings(paths: Sequence[str], settings: Settings) -> Findings:
-    from ..runner import run
+    from ..run.runner import run
 
     result = run(paths, settings)
     return Findings(result.diagnostics, result.errors + result.internal_errors)
@@ -282,7 +282,7 @@ def source_lines(d: Diagnostic, roots: Sequence[str] = ()) -> Optional[Dict[str,
     if not roots or not under_roots(d.path, roots):
         return None
     if d.cell is not None:
-        from ..notebooks import cell_text
+        from ..run.notebooks import cell_text
 
         text = cell_text(d.path, d.cell)
         if text is None:

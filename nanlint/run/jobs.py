@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import collector
-from .core.bounds import FileBudget
-from .core.diagnostics import Diagnostic
+from ..core.bounds import FileBudget
+from ..core.diagnostics import Diagnostic
 
 # Below this much source a pool costs more to start (about half a second per worker, each
 # importing nanlint and LibCST) than it saves.

@@ -16,9 +16,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .core.bounds import FileBudget
-from .rules import Rule, all_rules
-from .rules.base import LatentFindings
+from ..core.bounds import FileBudget
+from ..rules import Rule, all_rules
+from ..rules.base import LatentFindings
 
 KNOWN_KEYS = {
     "select",

@@ -11,17 +11,17 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 from . import collector
 from .cache import Cache, imports_of_entry, result_from_data, result_to_data
 from .config import Settings, relative_display, select_rules
-from .core.diagnostics import Diagnostic
-from .lint.engine import io_error, lint_source
+from ..core.diagnostics import Diagnostic
+from ..lint.engine import io_error, lint_source
 from .files import ChangedDuringRun, SourceError, discover, read_source, write_fixed
-from .lint.fixes import fix_source
+from ..lint.fixes import fix_source
 from .jobs import FileOutcome, FileTask, Mode, RunResult, run_tasks, usable_cpus  # noqa: F401 (RunResult: re-exported)
 from .progress import Progress
-from .analysis.precision import TrainingPrecision
-from .analysis.project import ProjectIndex, SummaryProvider
+from ..analysis.precision import TrainingPrecision
+from ..analysis.project import ProjectIndex, SummaryProvider
 from .project_precision import ProjectPrecisionFinder
 from .project_precision import resolve as resolve_precision
-from .core.text import split_lines
+from ..core.text import split_lines
 
 
 def run(

@@ -23,12 +23,12 @@ from json.decoder import scanstring
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
-from .core.bounds import FileBudget, parse_refusal, quiet_python_parser
-from .core.diagnostics import Diagnostic, Edit, Fix, Position, Step
-from .lint.engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
+from ..core.bounds import FileBudget, parse_refusal, quiet_python_parser
+from ..core.diagnostics import Diagnostic, Edit, Fix, Position, Step
+from ..lint.engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
 from .files import ChangedDuringRun, SourceFile, write_fixed
-from .lint.fixes import fix_source
-from .rules import Rule
+from ..lint.fixes import fix_source
+from ..rules import Rule
 
 SUFFIX = ".ipynb"
 

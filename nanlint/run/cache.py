@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .core.diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
+from ..core.diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
 from .files import write_atomic
-from .analysis.project import ImportRef
+from ..analysis.project import ImportRef
 
 CACHE_DIR_NAME = ".nanlint_cache"
 ENV_VAR = "NANLINT_CACHE_DIR"
@@ -43,7 +43,7 @@ def code_fingerprint() -> str:
         # The source alone: the version number adds nothing the bytes do not say, and
         # reading it costs a package-metadata lookup on every warm run.
         digest = hashlib.sha256(b"nanlint cache 1\0")
-        package = Path(__file__).resolve().parent
+        package = Path(__file__).resolve().parent.parent  # all of nanlint, not run/ alone
         for path in sorted(package.rglob("*.py")):
             if "verify" in path.relative_to(package).parts:
                 continue  # the verifier does not take part in linting
@@ -73,7 +73,7 @@ def open_cache(settings: Any, cli_value: Optional[str] = None) -> "Cache":
     """The cache of a run with these settings: its project root is the directory of the
     config file, else the nearest directory above the working directory with a
     pyproject.toml, setup.py, setup.cfg or .git, else the working directory."""
-    from .analysis.project import find_root
+    from ..analysis.project import find_root
 
     if settings.source is not None:
         root = Path(settings.source).resolve().parent

@@ -31,8 +31,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from .config import Settings, relative_display
 from .files import walk
-from .analysis.precision import TrainingPrecision
-from .analysis.project import ROOT_MARKERS, ProjectIndex, find_root, package_base, scan_imports
+from ..analysis.precision import TrainingPrecision
+from ..analysis.project import ROOT_MARKERS, ProjectIndex, find_root, package_base, scan_imports
 
 # Code that trains a model in float16, and how much of it runs in float16: a model made
 # `.half()` computes everything in float16 ("all"); mixed precision (autocast, a
