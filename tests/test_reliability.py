@@ -506,17 +506,17 @@ def test_fix_writes_through_a_symlink_to_its_target(cli, tmp_path):
     (lambda p: p.write_text("import torch\nx = 2\n"), "it changed on disk during the run"),
 ])
 def test_fix_never_recreates_or_overwrites_a_file_touched_during_the_run(cli, tmp_path, monkeypatch, meanwhile, words):
-    import nanlint.run.runner as runner
+    import nanlint.run.one_file as one_file
 
     path = write(tmp_path / "m.py", "import torch\n" + LOG_SOFTMAX)
-    real_fix_source = runner.fix_source
+    real_fix_source = one_file.fix_source
 
     def fix_then_touch(*args, **kwargs):
         outcome = real_fix_source(*args, **kwargs)
         meanwhile(path)
         return outcome
 
-    monkeypatch.setattr(runner, "fix_source", fix_then_touch)
+    monkeypatch.setattr(one_file, "fix_source", fix_then_touch)
     result = cli("--fix", "m.py")
     assert f"nanlint: warning: m.py: not fixed: {words}" in result.err
     assert result.code == 1

@@ -8,6 +8,7 @@ file. Every row/column <-> offset conversion in nanlint goes through this module
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import List
 
@@ -38,3 +39,16 @@ def offset(starts: List[int], text: str, pos: Position) -> int:
     if pos.row - 1 >= len(starts):
         return len(text)
     return min(starts[pos.row - 1] + pos.column - 1, len(text))
+
+
+def unified_diff(display: str, before: str, after: str) -> str:
+    lines = difflib.unified_diff(
+        split_lines(before, keepends=True),
+        split_lines(after, keepends=True),
+        fromfile=f"a/{display}",
+        tofile=f"b/{display}",
+    )
+    out = []
+    for line in lines:
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import collector
-from ..core.bounds import FileBudget
-from ..core.diagnostics import Diagnostic
+from .one_file import Mode, RunResult, lint_file
 
 # Below this much source a pool costs more to start (about half a second per worker, each
 # importing nanlint and LibCST) than it saves.
@@ -35,17 +34,6 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-@dataclass(frozen=True)
-class Mode:
-    """What every file of the run gets done to it."""
-
-    fix: bool = False
-    unsafe_fixes: bool = False
-    diff: bool = False
-    max_file_size: int = 0  # bytes; 0: no limit
-    budget: FileBudget = FileBudget()  # one file's analysis: CPU seconds, memory
-
-
 @dataclass
 class FileTask:
     index: int
@@ -58,35 +46,6 @@ class FileTask:
     imported: Dict[str, Any] = field(default_factory=dict)
     # The half precision the file's project trains in (`precision.TrainingPrecision`), if any.
     precision: Any = None
-
-
-@dataclass
-class RunResult:
-    diagnostics: List[Diagnostic] = field(default_factory=list)
-    # Errors that make the run fail (exit code 2): a fixed file that could not be written.
-    errors: List[str] = field(default_factory=list)
-    # A rule's internal error on one node: one line each on stderr; the findings (and so the
-    # exit code) stand, since the error cost only that rule's piece at that node.
-    internal_errors: List[str] = field(default_factory=list)
-    # Warnings for stderr (a fix dropped because its result would not parse, a file skipped).
-    warnings: List[str] = field(default_factory=list)
-    fixed: int = 0
-    # Files (and notebooks) the run was asked to lint: 0 when the paths held none.
-    files: int = 0
-    diffs: List[str] = field(default_factory=list)
-    # (display path, finding) for every fix applied (`--show-fixes`).
-    applied: List[Tuple[str, Diagnostic]] = field(default_factory=list)
-
-    def absorb(self, other: "RunResult") -> None:
-        """Add a file's result to the run's (callers keep file order)."""
-        self.diagnostics.extend(other.diagnostics)
-        self.errors.extend(other.errors)
-        self.internal_errors.extend(other.internal_errors)
-        self.warnings.extend(other.warnings)
-        self.fixed += other.fixed
-        self.files += other.files
-        self.diffs.extend(other.diffs)
-        self.applied.extend(other.applied)
 
 
 @dataclass
@@ -107,8 +66,6 @@ class FileOutcome:
 
 def process_file(task: FileTask, mode: Mode) -> FileOutcome:
     """Lint (and with --fix/--diff, fix) one file. Never raises for bad input."""
-    from .runner import lint_file  # the per-file work; runner imports this module
-
     out = RunResult()
     content, written = lint_file(Path(task.path), task.display, list(task.rules), mode, out, task.imported,
                                task.precision)

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from ..core.bounds import FileBudget, parse_refusal, quiet_python_parser
 from ..core.diagnostics import Diagnostic, Edit, Fix, Position, Step
+from ..core.text import unified_diff
 from ..lint.engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
 from .files import ChangedDuringRun, SourceFile, write_fixed
 from ..lint.fixes import fix_source
@@ -479,7 +480,7 @@ def check_notebook(
     diff: bool = False,
     budget: Optional[FileBudget] = None,
 ) -> None:
-    """Lint (and fix, or diff) one notebook file into `out`, a runner.RunResult; `budget`
+    """Lint (and fix, or diff) one notebook file into `out`, a one_file.RunResult; `budget`
     is the file's analysis budget, as for a .py file."""
     try:
         data = path.read_bytes()
@@ -564,8 +565,6 @@ def fix_notebook_text(
     out.fixed += outcome.applied
     out.applied.extend((display, notebook.to_cells(d)) for d in outcome.applied_diagnostics)
     if diff:
-        from .runner import unified_diff
-
         for cell, new in zip(notebook.cells, sources):
             if new != cell.source:
                 out.diffs.append(unified_diff(f"{display}:cell {cell.number}", cell.source, new))

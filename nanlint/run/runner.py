@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import os
 from pathlib import Path
@@ -12,16 +11,17 @@ from . import collector
 from .cache import Cache, imports_of_entry, result_from_data, result_to_data
 from .config import Settings, relative_display, select_rules
 from ..core.diagnostics import Diagnostic
-from ..lint.engine import io_error, lint_source
-from .files import ChangedDuringRun, SourceError, discover, read_source, write_fixed
+from ..core.text import unified_diff
+from ..lint.engine import lint_source
+from .files import discover
 from ..lint.fixes import fix_source
-from .jobs import FileOutcome, FileTask, Mode, RunResult, run_tasks, usable_cpus  # noqa: F401 (RunResult: re-exported)
+from .jobs import FileOutcome, FileTask, run_tasks, usable_cpus
+from .one_file import Mode, RunResult, collect  # noqa: F401 (RunResult: re-exported)
 from .progress import Progress
 from ..analysis.precision import TrainingPrecision
 from ..analysis.project import ProjectIndex, SummaryProvider
 from .project_precision import ProjectPrecisionFinder
 from .project_precision import resolve as resolve_precision
-from ..core.text import split_lines
 
 
 def run(
@@ -161,83 +161,6 @@ def _precision_key(precision: Optional[TrainingPrecision]) -> Optional[List[str]
     return [precision.dtype, precision.scope, precision.reason] if precision is not None else None
 
 
-def lint_file(path: Path, display: str, file_rules, mode: Mode, out: RunResult,
-              imported: Optional[Dict] = None, precision: Optional[TrainingPrecision] = None,
-              ) -> Tuple[Optional[str], Optional[str]]:
-    """Lint (and fix) one file into `out`; every failure is reported and costs only this file.
-    Returns the sha256 of the bytes linted and of the bytes written (None where there are none),
-    so a cache can store the result under the content it describes."""
-    too_big = _over_size_limit(path, mode.max_file_size)
-    if too_big:
-        out.warnings.append(f"{display}: skipped: {too_big}")
-        return None, None
-    if path.suffix == ".ipynb":
-        from .notebooks import check_notebook
-
-        check_notebook(path, display, file_rules, precision, out,
-                       fix=mode.fix, unsafe_fixes=mode.unsafe_fixes, diff=mode.diff, budget=mode.budget)
-        return None, None
-    try:
-        source = read_source(path)
-    except SourceError as exc:
-        out.diagnostics.append(io_error(display, str(exc)))
-        return None, None
-    content = hashlib.sha256(source.data).hexdigest()
-    lint = dict(budget=mode.budget, imported=imported)
-    if not (mode.fix or mode.diff):
-        _collect(out, display, lint_source(display, source.text, file_rules, precision, **lint))
-        return content, None
-    outcome = fix_source(display, source.text, file_rules, mode.unsafe_fixes, precision, **lint)
-    for d, reason in outcome.dropped:
-        out.warnings.append(f"fix for {d.code} at {d.where()} dropped: {reason}")
-    written = None
-    if outcome.source != source.text and not mode.diff:
-        try:
-            write_fixed(path, source, outcome.source)
-        except ChangedDuringRun as exc:
-            # Nothing written: report the file as it was read.
-            out.warnings.append(f"{display}: not fixed: {exc}")
-            _collect(out, display, lint_source(display, source.text, file_rules, precision, **lint))
-            return content, None
-        except OSError as exc:
-            out.errors.append(f"cannot write {display}: {exc}")
-            return content, None
-        written = hashlib.sha256(outcome.source.encode(source.encoding)).hexdigest()
-    if outcome.source != source.text:
-        out.fixed += outcome.applied
-        out.applied.extend((display, d) for d in outcome.applied_diagnostics)
-        if mode.diff:
-            out.diffs.append(unified_diff(display, source.text, outcome.source))
-    _collect(out, display, outcome.remaining)
-    return content, written
-
-
-def _collect(out: RunResult, display: str, result) -> None:
-    out.diagnostics.extend(result.diagnostics)
-    out.internal_errors.extend(result.errors)
-    if result.skipped:
-        out.warnings.append(f"{display}: skipped: {result.skipped}")
-
-
-def _over_size_limit(path, limit: int) -> str:
-    if not limit:
-        return ""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return ""  # reading it reports the error
-    if size <= limit:
-        return ""
-    return f"{_size(size)} is over max-file-size ({_size(limit)})"
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
-
-
 def _remember(cache: Cache, key: Tuple[str, str], outcome: FileOutcome, diff: bool,
               scanned: Tuple[Optional[str], list]) -> None:
     """Store a file's diagnostics under the content they describe: the written content after
@@ -254,19 +177,6 @@ def _remember(cache: Cache, key: Tuple[str, str], outcome: FileOutcome, diff: bo
         return
     cache.store(slot, Cache.key(slot, content, dependencies), result_to_data(outcome.result.diagnostics),
                 scanned=(content, scanned[1]) if scanned[0] == content else None)
-
-
-def unified_diff(display: str, before: str, after: str) -> str:
-    lines = difflib.unified_diff(
-        split_lines(before, keepends=True),
-        split_lines(after, keepends=True),
-        fromfile=f"a/{display}",
-        tofile=f"b/{display}",
-    )
-    out = []
-    for line in lines:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
 
 
 def stdin_display(stdin_filename: Optional[str]) -> str:
@@ -306,7 +216,7 @@ def run_stdin(
         return out, new_text
     imported = _stdin_imports(stdin_filename, text)
     if not (fix or diff):
-        _collect(out, display, lint_source(display, text, rules, precision, settings.file_budget(),
+        collect(out, display, lint_source(display, text, rules, precision, settings.file_budget(),
                                            imported=imported))
         return out, text
     outcome = fix_source(display, text, rules, unsafe_fixes, precision, settings.file_budget(),
@@ -318,7 +228,7 @@ def run_stdin(
         out.applied.extend((display, d) for d in outcome.applied_diagnostics)
         if diff:
             out.diffs.append(unified_diff(display, text, outcome.source))
-    _collect(out, display, outcome.remaining)
+    collect(out, display, outcome.remaining)
     return out, outcome.source
 
 
