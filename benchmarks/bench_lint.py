@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
 import libcst  # noqa: E402
 
 from nanlint.lint.engine import lint_source, may_match  # noqa: E402
-from nanlint.run.files import SourceError, read_source  # noqa: E402
+from nanlint.core.source import SourceError, read_source  # noqa: E402
 from nanlint.rules import all_rules  # noqa: E402
 
 CORPUS = HERE / "corpus"

@@ -670,16 +670,16 @@ def test_failed_write_leaves_the_original_intact(cli, tmp_path, monkeypatch):
 
 
 def test_failure_while_writing_the_temp_file_leaves_the_original(tmp_path, monkeypatch):
-    from nanlint.run import files
+    from nanlint.core import source
 
     path = write(tmp_path / "m.py", HAZARD)
 
     def failing_fsync(fd):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(files.os, "fsync", failing_fsync)
+    monkeypatch.setattr(source.os, "fsync", failing_fsync)
     with pytest.raises(OSError):
-        files.write_atomic(path, HAZARD_FIXED, "utf-8")
+        source.write_atomic(path, HAZARD_FIXED, "utf-8")
     assert path.read_text() == HAZARD
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py"]
 

@@ -381,7 +381,7 @@ class ProjectIndex:
                     self._summaries[path] = summary
                     return summary
             try:
-                from ..run.files import read_source
+                from ..core.source import read_source
 
                 summary = self.summarize(path, read_source(path).text)
             except Exception:  # a bad dependency must not stop the dependent's lint

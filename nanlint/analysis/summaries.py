@@ -554,11 +554,11 @@ class SummaryStore:
 
 
 def _read_as_run(ref: ModuleRef):
-    """The file's source (`files.SourceFile`) if its bytes are still those the run hashed (else
+    """The file's source (`core.source.SourceFile`) if its bytes are still those the run hashed (else
     what it held then is unknown), None where it cannot be read."""
     from pathlib import Path
 
-    from ..run.files import read_source
+    from ..core.source import read_source
 
     try:
         source = read_source(Path(ref.path))

@@ -28,7 +28,7 @@ def _reader() -> Callable[[Diagnostic], Optional[List[str]]]:
 
                 text = cell_text(d.path, d.cell)
             else:
-                from ..run.files import SourceError, read_source
+                from ..core.source import SourceError, read_source
 
                 try:
                     text = read_source(Path(d.path)).text

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..core.diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
-from .files import write_atomic
+from ..core.source import write_atomic
 from ..analysis.project import ImportRef
 
 CACHE_DIR_NAME = ".nanlint_cache"

@@ -27,7 +27,7 @@ from ..core.bounds import FileBudget, parse_refusal, quiet_python_parser
 from ..core.diagnostics import Diagnostic, Edit, Fix, Position, Step
 from ..core.text import unified_diff
 from ..lint.engine import SYNTAX_ERROR, io_error, lint_source, not_parsed
-from .files import ChangedDuringRun, SourceFile, write_fixed
+from ..core.source import ChangedDuringRun, SourceFile, write_fixed
 from ..lint.fixes import fix_source
 from ..rules import Rule
 

@@ -15,7 +15,7 @@ from ..core.diagnostics import Diagnostic
 from ..core.text import unified_diff
 from ..lint.engine import io_error, lint_source
 from ..lint.fixes import fix_source
-from .files import ChangedDuringRun, SourceError, read_source, write_fixed
+from ..core.source import ChangedDuringRun, SourceError, read_source, write_fixed
 
 
 @dataclass(frozen=True)
