@@ -13,7 +13,7 @@ from typing import Dict
 import libcst as cst
 import pytest
 
-import nanlint.run.cache
+import nanlint.core.store
 from nanlint.run.cache import Cache, diagnostic_from_data, diagnostic_to_data
 from nanlint.cli import main
 from nanlint.run.config import Settings
@@ -144,7 +144,7 @@ def test_settings_and_nanlint_code_are_part_of_the_key(tmp_path, monkeypatch):
     assert again(Settings(root=project, ignore=["NAN101"])).misses == 1
     assert again(Settings(root=project, precision="float16")).misses == 1
     assert again(Settings(root=project)).hits == 1  # other settings did not evict it
-    monkeypatch.setattr(nanlint.run.cache, "_code_fingerprint", "another build of nanlint")
+    monkeypatch.setattr(nanlint.core.store, "_code_fingerprint", "another build of nanlint")
     assert again(Settings(root=project)).misses == 1
 
 

@@ -100,7 +100,7 @@ class ProjectIndex:
 
     def __init__(self, summarize: Optional[SummaryProvider] = None, summary_cache: Any = None):
         self.summarize = summarize
-        # Where summaries are kept between runs (a `cache.Cache`), keyed by content.
+        # Where summaries are kept between runs (a `core.store.Store`, the run's cache), keyed by content.
         self.summary_cache = summary_cache
         self._abs: Dict[str, str] = {}
         self._paths: Dict[str, Path] = {}

@@ -530,9 +530,9 @@ class SummaryStore:
             return None
         found = self._caches.get(ref.cache)
         if found is None:
-            from ..run.cache import Cache
+            from ..core.store import Store
 
-            found = self._caches[ref.cache] = Cache(ref.cache)
+            found = self._caches[ref.cache] = Store(ref.cache)
         return found
 
     def _cached_names(self, ref: ModuleRef) -> Optional[Dict[str, Any]]:

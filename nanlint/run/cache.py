@@ -11,49 +11,16 @@ or a whole new one.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..core.diagnostics import Diagnostic, Edit, Fix, Position, Probe, ProbeInput, Step
-from ..core.source import write_atomic
+from ..core.store import FORMAT, Store, code_fingerprint, key_hash
 from ..analysis.project import ImportRef
 
 CACHE_DIR_NAME = ".nanlint_cache"
 ENV_VAR = "NANLINT_CACHE_DIR"
-# Bumped when the entry layout changes.
-FORMAT = 1
-
-_TAG = (
-    "Signature: 8a477f597d28d172789f06886806bc55\n"
-    "# This file is a cache directory tag created by nanlint.\n"
-    "# For information about cache directory tags see https://bford.info/cachedir/\n"
-)
-
-_code_fingerprint: Optional[str] = None
-
-
-def code_fingerprint() -> str:
-    """A hash of nanlint's own source: an edited checkout (same version number, new rule
-    code) must not reuse results computed by the old code."""
-    global _code_fingerprint
-    if _code_fingerprint is None:
-        # The source alone: the version number adds nothing the bytes do not say, and
-        # reading it costs a package-metadata lookup on every warm run.
-        digest = hashlib.sha256(b"nanlint cache 1\0")
-        package = Path(__file__).resolve().parent.parent  # all of nanlint, not run/ alone
-        for path in sorted(package.rglob("*.py")):
-            if "verify" in path.relative_to(package).parts:
-                continue  # the verifier does not take part in linting
-            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-            try:
-                digest.update(path.read_bytes())
-            except OSError:
-                pass
-        _code_fingerprint = digest.hexdigest()
-    return _code_fingerprint
 
 
 def find_cache_dir(cli_value: Optional[str], config_value: Optional[Path], project_root: Path) -> Path:
@@ -82,17 +49,11 @@ def open_cache(settings: Any, cli_value: Optional[str] = None) -> "Cache":
     return Cache(find_cache_dir(cli_value, settings.cache_dir, root))
 
 
-def _hash(*parts: Any) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()
-
-
-class Cache:
+class Cache(Store):
     def __init__(self, directory: Path):
-        self.directory = Path(directory)
+        super().__init__(directory)
         self.hits = 0
         self.misses = 0
-        self._ready = False
-        self._broken = False  # the directory cannot be written: run on without a cache
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -100,17 +61,13 @@ class Cache:
     def slot(path: Path, display: str, settings_parts: Sequence[Any]) -> str:
         """Which entry a file's result lives in: one per file and settings, so edits
         overwrite it instead of piling up, and two settings do not evict each other."""
-        return _hash("slot", FORMAT, os.path.abspath(path), display, list(settings_parts))
+        return key_hash("slot", FORMAT, os.path.abspath(path), display, list(settings_parts))
 
     @staticmethod
     def key(slot: str, content_hash: str, dependencies: str) -> str:
-        return _hash("key", slot, code_fingerprint(), content_hash, dependencies)
+        return key_hash("key", slot, code_fingerprint(), content_hash, dependencies)
 
     # -- storage ------------------------------------------------------------------------
-
-    def _entry_path(self, kind: str, slot: str) -> str:
-        # A string, not a Path: a warm run builds one per file and pathlib joins are slow.
-        return os.path.join(self.directory, f"v{FORMAT}", kind, slot[:2], f"{slot}.json")
 
     def load(self, slot: str, key: str) -> Optional[Dict[str, Any]]:
         return self.result_of(self.entry(slot), key)
@@ -135,49 +92,6 @@ class Cache:
             entry["content"] = scanned[0]
             entry["imports"] = [[r.level, r.module, list(r.names)] for r in scanned[1]]
         self._write(self._entry_path("results", slot), entry)
-
-    def load_summary(self, path: Path, content_hash: str, provider: str) -> Tuple[bool, Any]:
-        """(found, summary) for a file's bytes and a summary provider."""
-        data = self._read(self._entry_path("summaries", _hash(os.path.abspath(path))))
-        provider = f"{provider}@{code_fingerprint()}"
-        if data is not None and data.get("content") == content_hash and data.get("provider") == provider:
-            return True, data.get("summary")
-        return False, None
-
-    def store_summary(self, path: Path, content_hash: str, provider: str, summary: Any) -> None:
-        entry = {"content": content_hash, "provider": f"{provider}@{code_fingerprint()}", "summary": summary}
-        self._write(self._entry_path("summaries", _hash(os.path.abspath(path))), entry)
-
-    def _read(self, path: str) -> Optional[Dict[str, Any]]:
-        try:
-            with open(path, "rb") as handle:
-                data = json.loads(handle.read())  # bytes: JSON is UTF-8, no text layer
-        except (OSError, ValueError):
-            return None  # missing, unreadable or damaged: a miss, never an error
-        return data if isinstance(data, dict) else None
-
-    def _prepare(self) -> bool:
-        if self._ready or self._broken:
-            return self._ready
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            for name, text in (("CACHEDIR.TAG", _TAG), (".gitignore", "# Created by nanlint.\n*\n")):
-                target = self.directory / name
-                if not target.exists():
-                    write_atomic(target, text, "utf-8", durable=False)
-            self._ready = True
-        except OSError:
-            self._broken = True
-        return self._ready
-
-    def _write(self, path: str, data: Dict[str, Any]) -> None:
-        if not self._prepare():
-            return
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_atomic(Path(path), json.dumps(data, separators=(",", ":")), "utf-8", durable=False)
-        except (OSError, TypeError, ValueError):
-            pass  # a cache that cannot be written costs speed, never a result
 
 
 def imports_of_entry(entry: Optional[Dict[str, Any]], content_hash: str) -> Optional[List[ImportRef]]:
