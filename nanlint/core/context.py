@@ -7,7 +7,7 @@ One FileContext per file, filled by the engine during its single traversal:
 - where a node is (positions are computed lazily, only for files with findings);
 - how to spell a torch function in this file, and the import a fix must add;
 - probes: an expression rewritten with full torch names, and its free inputs.
-Precision (autocast, half) lives in precision.py; value ranges in ranges.py.
+Precision (autocast, half) lives in analysis/precision.py; value ranges in analysis/ranges.py.
 """
 
 from __future__ import annotations
@@ -242,6 +242,9 @@ class FileContext:
         # Summaries of the project modules this file imports, by the module as the import
         # spells it (`.nets`, `pkg.nets`): what the project index knows of other files.
         self.imported: Dict[str, Any] = {}
+        # (ctx, names) -> the relations the analysis proves between those names here; given
+        # by the engine (analysis.relations), since the core does not import the analysis.
+        self.proven_relations: Optional[Callable[[Any, List[str]], Tuple[Tuple[str, str, str], ...]]] = None
         # Top-level imports are read before the traversal so fixes know the file's aliases.
         for stmt in module.body:
             if isinstance(stmt, cst.SimpleStatementLine):
@@ -673,12 +676,10 @@ class FileContext:
                         known, name=name, value=constant if constant is not None else known.value))
                 else:
                     inputs.append(ProbeInput(name=name, value=self.constant(name), domain=known))
-        if not relations and len(inputs) > 1 and self.stack:
+        if not relations and len(inputs) > 1 and self.stack and self.proven_relations is not None:
             # What the value-flow analysis proves between the inputs (`hi >= lo` where the
             # code took a max and a min, `a > b` inside `if a > b:`).
-            from ..analysis import relations as proven_relations
-
-            relations = proven_relations(self, [i.name for i in inputs])
+            relations = self.proven_relations(self, [i.name for i in inputs])
         return Probe(
             kind="expression",
             original=node_code(original),

@@ -13,6 +13,7 @@ import libcst as cst
 
 from ..core.context import FileContext, Scope, comment_tokens
 from ..core.diagnostics import Diagnostic, Position
+from ..analysis import relations as proven_relations
 from ..analysis.precision import Precision
 from ..rules import Rule
 from ..rules.base import reports_latent
@@ -452,6 +453,7 @@ def _lint(path, source, rule_classes, precision, imported) -> LintResult:
     ctx = FileContext(path, source, module)
     ctx.precision = Precision(ctx, configured=precision)
     ctx.imported = dict(imported or {})
+    ctx.proven_relations = proven_relations
     rules = [cls() for cls in rule_classes]
     walker = _Walker(ctx, rules, ctx.errors)
     try:
