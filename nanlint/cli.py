@@ -335,7 +335,7 @@ def rule_command(code: Optional[str], every: bool, output_format: str) -> None:
 
 
 def _rule_json(rule, page: Optional[str] = None) -> dict:
-    from . import rule_url
+    from .rules.pages import rule_url
 
     item = {
         "code": rule.code,

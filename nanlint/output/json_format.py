@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
-from .. import rule_kind, rule_url
 from ..core.diagnostics import Diagnostic
+from ..rules.pages import rule_kind, rule_url
 
 
 def to_dict(d: Diagnostic) -> Dict[str, Any]:

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from .. import rule_url
 from ..core.diagnostics import Diagnostic, Step
 from ..core.install import version
 from ..rules import all_rules
-from ..rules.pages import render_page
+from ..rules.pages import render_page, rule_url
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 

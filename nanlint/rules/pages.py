@@ -13,8 +13,25 @@ from pathlib import Path
 from typing import List, Optional, Type
 
 from .default_set import sentence
-from . import Rule, all_rules
+from . import Rule, all_rules, get_rule
 from .base import KINDS
+
+# Where each rule's page is published (the same text as rules/KIND/CODE.md and `nanlint rule
+# CODE`): the catalog has a folder per rule kind (form, value, misuse, file).
+RULES_URL = "https://github.com/nanlint/nanlint/blob/main/rules/{kind}/{code}.md"
+
+
+def rule_kind(code: str) -> Optional[str]:
+    """The kind of rule `code` (form, value, misuse, file), or None for a code no rule has."""
+    try:
+        return get_rule(code).kind
+    except KeyError:
+        return None
+
+
+def rule_url(code: str) -> str:
+    """The published page of rule `code`."""
+    return RULES_URL.format(kind=rule_kind(code) or "file", code=code)
 
 
 def _fix_line(rule: Type[Rule]) -> str:

@@ -14,10 +14,10 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import TextDocument
 
-from .. import rule_url
 from ..core.diagnostics import SAFE, Diagnostic, Edit, Position
-from ..lint.engine import IO_ERROR, SYNTAX_ERROR
 from ..core.install import version
+from ..lint.engine import IO_ERROR, SYNTAX_ERROR
+from ..rules.pages import rule_url
 from .edits import LINTED_SUFFIXES, Linted, fix_all_safe, ignore_edit, lint_document
 
 SOURCE = "nanlint"

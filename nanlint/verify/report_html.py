@@ -17,8 +17,8 @@ import textwrap
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import rule_url
 from ..core.install import install_hint
+from ..rules.pages import rule_url
 from .findings import printable, source_lines
 from .report_text import counts, summary
 from .verdict import CONFIRMED, FIX_FAILED, NOT_REPRODUCED, NOT_VERIFIABLE, POSSIBLE, VERDICTS, fmt_number
