@@ -32,7 +32,7 @@ visible call trusted and defaults filled in (`probe_analysis`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
 import libcst as cst
@@ -46,6 +46,7 @@ from . import ranges
 from .rewrite import follow_local
 from .flow import Env, FileAnalysis
 from . import conditions, imports, sampled_actions, summaries, transfer, uses
+from .summaries import ClassSummary, FunctionSummary, ModuleSummary
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join, stored_as
 from .batches import single_sample_batch
 
@@ -806,34 +807,6 @@ def _int(text: Optional[str]) -> Optional[int]:
 
 
 # ---------------------------------------------------------------------- summaries
-
-
-@dataclass(frozen=True)
-class FunctionSummary:
-    """What calling a function of the file returns (parameters unknown), and in which
-    precision it runs where the file shows it."""
-
-    name: str
-    returns: Value
-    half: Optional[str] = None  # why it runs in half precision, if the file shows it
-
-
-@dataclass(frozen=True)
-class ClassSummary:
-    name: str
-    bases: Tuple[str, ...]
-    methods: Dict[str, FunctionSummary] = field(default_factory=dict)
-    attributes: Dict[str, Value] = field(default_factory=dict)  # self.x, joined over methods
-
-
-@dataclass(frozen=True)
-class ModuleSummary:
-    """Plain, picklable facts about one module (no CST nodes; evidence lines resolved)."""
-
-    path: str
-    functions: Dict[str, FunctionSummary]
-    classes: Dict[str, ClassSummary]
-    trainable: Tuple[str, ...] = ()
 
 
 def _resolved(fa: FileAnalysis, v: Value) -> Value:

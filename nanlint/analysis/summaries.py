@@ -24,7 +24,7 @@ import os
 import re
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import libcst as cst
@@ -326,8 +326,36 @@ def module_data(fa, display: str, names=None) -> Dict[str, Any]:
     return {"format": FORMAT, "path": display, "names": {n: name_data(fa, n) for n in wanted}}
 
 
+@dataclass(frozen=True)
+class FunctionSummary:
+    """What calling a function of the file returns (parameters unknown), and in which
+    precision it runs where the file shows it."""
+
+    name: str
+    returns: Value
+    half: Optional[str] = None  # why it runs in half precision, if the file shows it
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    name: str
+    bases: Tuple[str, ...]
+    methods: Dict[str, FunctionSummary] = field(default_factory=dict)
+    attributes: Dict[str, Value] = field(default_factory=dict)  # self.x, joined over methods
+
+
+@dataclass(frozen=True)
+class ModuleSummary:
+    """Plain, picklable facts about one module (no CST nodes; evidence lines resolved)."""
+
+    path: str
+    functions: Dict[str, FunctionSummary]
+    classes: Dict[str, ClassSummary]
+    trainable: Tuple[str, ...] = ()
+
+
 def module_summary_to_data(summary) -> Dict[str, Any]:
-    """An `analysis.ModuleSummary` (whole module, evidence lines resolved) as JSON data in the
+    """A `ModuleSummary` (whole module, evidence lines resolved) as JSON data in the
     layout `module_data` writes."""
     def function(f) -> Dict[str, Any]:
         data: Dict[str, Any] = {"kind": "function", "returns": value_to_data(f.returns)}
@@ -347,9 +375,7 @@ def module_summary_to_data(summary) -> Dict[str, Any]:
 
 
 def module_summary_from_data(data: Dict[str, Any]):
-    """The `analysis.ModuleSummary` of JSON data (its evidence cites the file by `path`)."""
-    from . import ClassSummary, FunctionSummary, ModuleSummary
-
+    """The `ModuleSummary` of JSON data (its evidence cites the file by `path`)."""
     display = str(data.get("path", ""))
 
     def function(name: str, raw: Dict[str, Any]):
@@ -575,6 +601,7 @@ STORE = SummaryStore()
 
 __all__ = [
     "FORMAT", "ModuleRef", "SummaryStore", "STORE", "value_to_data", "value_from_data",
+    "FunctionSummary", "ClassSummary", "ModuleSummary",
     "function_data", "class_data", "name_data", "module_data", "summarize_file",
     "module_summary_to_data", "module_summary_from_data",
 ]
