@@ -44,11 +44,14 @@ from ..core.diagnostics import ProbeInput, Step
 from ..core.ops import number_value
 from . import ranges
 from .rewrite import follow_local
-from .flow import Env, FileAnalysis
+from .flow import Env, FileAnalysis, analyze_source
 from . import conditions, imports, sampled_actions, summaries, transfer, uses
 from .summaries import ClassSummary, FunctionSummary, ModuleSummary
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join, stored_as
 from .batches import single_sample_batch
+
+# The summaries of imported files are computed on flow's analysis (flow imports summaries).
+summaries.set_analyzer(analyze_source)
 
 __all__ = [
     "Evidence", "Value", "FileAnalysis", "ModuleSummary", "FunctionSummary", "ClassSummary",

@@ -35,10 +35,12 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from ..core.context import descendants, dotted_name, last_name, names_bound_inside, strip_parens as _strip
+from ..core.bounds import parse_module
+from ..core.context import FileContext, descendants, dotted_name, last_name, names_bound_inside, strip_parens as _strip
 from ..core.ops import FINFO_FUNCTIONS, match_op, number_value, split_args
 from . import imports, transfer
 from .values import INF, TOP, UNIFORM_ZERO, Evidence, Value, bag, cited, interval, is_bag, join, point, unknown, widen
+from .precision import Precision
 
 Rel = Tuple[str, str, str]
 
@@ -1841,6 +1843,14 @@ class FileAnalysis:
         if isinstance(flag, cst.Name) and flag.value == "True":
             return trained(v).with_evidence(line, "`requires_grad=True`: moved by training")
         return v
+
+
+def analyze_source(path: str, text: str, module: Optional[cst.Module] = None) -> FileAnalysis:
+    """A fresh analysis of a file from its text alone (`module`: its syntax tree, when parsed):
+    what the summaries of an imported file are computed on."""
+    ctx = FileContext(path, text, module if module is not None else parse_module(text))
+    ctx.precision = Precision(ctx)
+    return FileAnalysis(ctx)
 
 
 def _max_shifted(new: Value, shift: Value, key: Optional[str], line: int) -> Value:

@@ -25,7 +25,7 @@ import re
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import libcst as cst
 
@@ -396,14 +396,19 @@ def module_summary_from_data(data: Dict[str, Any]):
     return ModuleSummary(display, functions, classes, tuple(data.get("trainable") or ()))
 
 
-def _analysis_of(path: str, text: str, module=None):
-    from ..core.context import FileContext
-    from .precision import Precision
-    from .flow import FileAnalysis
+# Builds a file's analysis from its text: flow.analyze_source, given by the analysis package
+# when it is imported. flow imports this module (through imports) to read the summaries of
+# the files a file imports, so this module does not import flow.
+_analyze: Optional[Callable[..., Any]] = None
 
-    ctx = FileContext(path, text, module if module is not None else parse_module(text))
-    ctx.precision = Precision(ctx)
-    return FileAnalysis(ctx)
+
+def set_analyzer(analyze: Callable[..., Any]) -> None:
+    global _analyze
+    _analyze = analyze
+
+
+def _analysis_of(path: str, text: str, module=None):
+    return _analyze(path, text, module)
 
 
 @contextmanager
