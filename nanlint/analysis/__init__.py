@@ -44,11 +44,12 @@ from ..core.diagnostics import ProbeInput, Step
 from ..core.ops import number_value
 from . import ranges
 from .rewrite import follow_local
-from .flow import Env, FileAnalysis, analyze_source
+from .flow import Env, FileAnalysis, analyze_source, enforced_analysis, file_analysis, probe_analysis
 from . import conditions, imports, sampled_actions, summaries, transfer, uses
 from .summaries import ClassSummary, FunctionSummary, ModuleSummary
 from .values import RAND_ZERO, TOP, UNIFORM_ZERO, Evidence, Value, join, stored_as
 from .batches import single_sample_batch
+from .dtypes import HalfEvidence, called_under_autocast, float16_reason, half_evidence
 
 # The summaries of imported files are computed on flow's analysis (flow imports summaries).
 summaries.set_analyzer(analyze_source)
@@ -63,23 +64,6 @@ __all__ = [
     "enforced_value_where_kept", "exponent_bounded", "shifted_by_global_max", "called_under_autocast",
     "softmax_distribution", "selected_core", "FormOrigin", "stable_form", "evidence_steps",
 ]
-
-
-def file_analysis(ctx: FileContext) -> FileAnalysis:
-    return ctx.derived("analysis", lambda: FileAnalysis(ctx))
-
-
-def probe_analysis(ctx: FileContext) -> FileAnalysis:
-    """The analysis probes take their domains from: every call site of the file is trusted and
-    a parameter no call passes has its default (callsites.py says why the rules' analysis is
-    more careful)."""
-    return ctx.derived("probe analysis", lambda: FileAnalysis(ctx, probing=True))
-
-
-def enforced_analysis(ctx: FileContext) -> FileAnalysis:
-    """The analysis without parameter defaults: what holds for any setting the code may be
-    given (a constructor's `k=50` is unknown; what the file's calls pass still counts)."""
-    return ctx.derived("enforced analysis", lambda: FileAnalysis(ctx, enforced=True))
 
 
 def enforced_value(ctx: FileContext, expr: cst.BaseExpression) -> Value:
@@ -442,8 +426,6 @@ def rounds_to_one(ctx: FileContext, expr: cst.BaseExpression,
     v = value(ctx, expr)
     if not 0.5 < v.hi < 1.0:
         return None
-    from .dtypes import float16_reason
-
     if float16_reason(ctx, expr) is not None:
         dtype = "float16"
     elif v.dtype == "bfloat16":
@@ -671,8 +653,6 @@ def _exp_in_float16(ctx: FileContext, exponent: cst.BaseExpression, v: Value) ->
     float32 whatever its input's dtype (NUMERICS.md), so a float16 autocast region counts
     only on CPU; a tensor that is float16 itself (`.half()`, a module made half) counts
     outside autocast."""
-    from .dtypes import float16_reason
-
     precision = ctx.precision
     region = precision.in_autocast if precision is not None else None
     if region is not None and region.effective_dtype == "float16":
@@ -709,67 +689,6 @@ def has_many(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     env = _env_here(ctx, fa)
     key = dotted_name(strip_parens(expr))
     return key is not None and (key, "nonempty", "many") in env.rels
-
-
-# A file that never says these cannot make a module half or enter autocast.
-_MAY_BE_HALF = re.compile(r"\.half\(|float16|bfloat16|autocast|HalfTensor")
-
-
-class HalfEvidence(NamedTuple):
-    source: str  # "module": its class's instance is made half; "autocast": called under autocast
-    dtype: str
-    reason: str
-
-
-def _visited_function(ctx: FileContext) -> Tuple[Optional[cst.FunctionDef], Optional[str]]:
-    """The innermost function being visited, and the name of the class holding it."""
-    fn = cls = None
-    for node in reversed(ctx.stack):
-        if isinstance(node, cst.FunctionDef) and fn is None:
-            fn = node
-        elif isinstance(node, cst.ClassDef):
-            cls = node.name.value
-            break
-    return fn, cls
-
-
-def _autocast_call(fa: FileAnalysis, fn: cst.FunctionDef, cls: Optional[str]) -> Optional[str]:
-    """Where the file calls `fn` (or its class's `forward`) inside a float16 autocast region."""
-    names = [f"{cls}.{fn.name.value}", f"{cls}.forward"] if cls else [fn.name.value]
-    for name in names:
-        ev = fa.autocast_callees.get(name)
-        if ev is not None:
-            return f"{ev.reason} at line {fa.line(ev.line)}"
-    return None
-
-
-def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
-    """Where the function being visited runs in float16 because of code elsewhere in the
-    file: its class's instance is made `.half()` ("module"), or it (or its class's
-    `forward`) is called inside a float16 autocast region ("autocast")."""
-    fn, cls = _visited_function(ctx)
-    if fn is None or not _MAY_BE_HALF.search(ctx.source):
-        return None
-    fa = file_analysis(ctx)
-    fa.ensure_all()
-    if cls is not None and cls in fa.half_owners:
-        ev = fa.half_owners[cls]
-        return HalfEvidence("module", "float16", f"{ev.reason} at line {fa.line(ev.line)}")
-    reason = _autocast_call(fa, fn, cls)
-    return HalfEvidence("autocast", "float16", reason) if reason is not None else None
-
-
-def called_under_autocast(ctx: FileContext) -> Optional[str]:
-    """Why the function being visited runs inside a float16 autocast region although none
-    is written around it: the file calls it (or its class's `forward`) inside one (a
-    sentence with the line), else None. Ops autocast runs in float32 there
-    (`cross_entropy`, `log_softmax`) see float32 whatever their input's dtype."""
-    fn, cls = _visited_function(ctx)
-    if fn is None or not _MAY_BE_HALF.search(ctx.source):
-        return None
-    fa = file_analysis(ctx)
-    fa.ensure_all()
-    return _autocast_call(fa, fn, cls)
 
 
 def probe_input(ctx: FileContext, expr: cst.BaseExpression) -> Optional[ProbeInput]:

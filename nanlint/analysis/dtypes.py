@@ -12,14 +12,14 @@ that trains in float16. The dtype follows a value through the ops that keep it (
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import NamedTuple, Optional, Tuple
 
 import libcst as cst
 
 from ..core.context import FileContext, node_code, strip_parens
 from ..core.ops import number_value
 from .ranges import pass_through
-from . import half_evidence
+from .flow import FileAnalysis, file_analysis
 
 # Ops whose output is float16 under CUDA autocast (the matmul family); most other ops there
 # either run in float32 (exp, log, softmax, sum, norm...) or keep their input's dtype.
@@ -163,6 +163,67 @@ def evident_half_dtype(ctx: FileContext, expr: cst.BaseExpression) -> Optional[s
 def evidently_float16(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     """`expr` is float16 by what the code shows (`evident_half_dtype`)."""
     return evident_half_dtype(ctx, expr) == "float16"
+
+
+# A file that never says these cannot make a module half or enter autocast.
+_MAY_BE_HALF = re.compile(r"\.half\(|float16|bfloat16|autocast|HalfTensor")
+
+
+class HalfEvidence(NamedTuple):
+    source: str  # "module": its class's instance is made half; "autocast": called under autocast
+    dtype: str
+    reason: str
+
+
+def _visited_function(ctx: FileContext) -> Tuple[Optional[cst.FunctionDef], Optional[str]]:
+    """The innermost function being visited, and the name of the class holding it."""
+    fn = cls = None
+    for node in reversed(ctx.stack):
+        if isinstance(node, cst.FunctionDef) and fn is None:
+            fn = node
+        elif isinstance(node, cst.ClassDef):
+            cls = node.name.value
+            break
+    return fn, cls
+
+
+def _autocast_call(fa: FileAnalysis, fn: cst.FunctionDef, cls: Optional[str]) -> Optional[str]:
+    """Where the file calls `fn` (or its class's `forward`) inside a float16 autocast region."""
+    names = [f"{cls}.{fn.name.value}", f"{cls}.forward"] if cls else [fn.name.value]
+    for name in names:
+        ev = fa.autocast_callees.get(name)
+        if ev is not None:
+            return f"{ev.reason} at line {fa.line(ev.line)}"
+    return None
+
+
+def half_evidence(ctx: FileContext) -> Optional[HalfEvidence]:
+    """Where the function being visited runs in float16 because of code elsewhere in the
+    file: its class's instance is made `.half()` ("module"), or it (or its class's
+    `forward`) is called inside a float16 autocast region ("autocast")."""
+    fn, cls = _visited_function(ctx)
+    if fn is None or not _MAY_BE_HALF.search(ctx.source):
+        return None
+    fa = file_analysis(ctx)
+    fa.ensure_all()
+    if cls is not None and cls in fa.half_owners:
+        ev = fa.half_owners[cls]
+        return HalfEvidence("module", "float16", f"{ev.reason} at line {fa.line(ev.line)}")
+    reason = _autocast_call(fa, fn, cls)
+    return HalfEvidence("autocast", "float16", reason) if reason is not None else None
+
+
+def called_under_autocast(ctx: FileContext) -> Optional[str]:
+    """Why the function being visited runs inside a float16 autocast region although none
+    is written around it: the file calls it (or its class's `forward`) inside one (a
+    sentence with the line), else None. Ops autocast runs in float32 there
+    (`cross_entropy`, `log_softmax`) see float32 whatever their input's dtype."""
+    fn, cls = _visited_function(ctx)
+    if fn is None or not _MAY_BE_HALF.search(ctx.source):
+        return None
+    fa = file_analysis(ctx)
+    fa.ensure_all()
+    return _autocast_call(fa, fn, cls)
 
 
 def float16_reason(ctx: FileContext, tensor: cst.BaseExpression, autocast_fp32_op: bool = False) -> Optional[str]:

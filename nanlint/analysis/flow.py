@@ -1845,6 +1845,23 @@ class FileAnalysis:
         return v
 
 
+def file_analysis(ctx: FileContext) -> FileAnalysis:
+    return ctx.derived("analysis", lambda: FileAnalysis(ctx))
+
+
+def probe_analysis(ctx: FileContext) -> FileAnalysis:
+    """The analysis probes take their domains from: every call site of the file is trusted and
+    a parameter no call passes has its default (callsites.py says why the rules' analysis is
+    more careful)."""
+    return ctx.derived("probe analysis", lambda: FileAnalysis(ctx, probing=True))
+
+
+def enforced_analysis(ctx: FileContext) -> FileAnalysis:
+    """The analysis without parameter defaults: what holds for any setting the code may be
+    given (a constructor's `k=50` is unknown; what the file's calls pass still counts)."""
+    return ctx.derived("enforced analysis", lambda: FileAnalysis(ctx, enforced=True))
+
+
 def analyze_source(path: str, text: str, module: Optional[cst.Module] = None) -> FileAnalysis:
     """A fresh analysis of a file from its text alone (`module`: its syntax tree, when parsed):
     what the summaries of an imported file are computed on."""
