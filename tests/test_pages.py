@@ -46,11 +46,11 @@ def test_every_rule_is_documented():
 
 
 def test_verified_sections_follow_the_measured_ones():
-    """Each calibrated section (nanlint/verify/verified/CODE.md) is on its rule's page, after
+    """Each calibrated section (nanlint/rules/verified/CODE.md) is on its rule's page, after
     "Where it fails (measured)" and before the example; rules without one get no heading."""
     from nanlint.rules.pages import render_page, verified_section
 
-    verified_dir = Path(__file__).resolve().parent.parent / "nanlint" / "verify" / "verified"
+    verified_dir = Path(__file__).resolve().parent.parent / "nanlint" / "rules" / "verified"
     calibrated = {p.stem for p in verified_dir.glob("*.md")}
     assert calibrated, "no calibrated sections: run `python -m nanlint.verify.calibrate`"
     for rule in all_rules():

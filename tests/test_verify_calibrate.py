@@ -45,7 +45,7 @@ def _committed(code: str) -> str:
 @pytest.mark.parametrize("code", sorted(p.stem for p in VERIFIED_DIR.glob("NAN*.md")))
 def test_committed_section_is_what_calibration_gives(code):
     assert machine_independent(calibrate(code, FIXTURES)) == machine_independent(_committed(code)), (
-        f"nanlint/verify/verified/{code}.md is stale: run `python -m nanlint.verify.calibrate {code}` "
+        f"nanlint/rules/verified/{code}.md is stale: run `python -m nanlint.verify.calibrate {code}` "
         "and `python -m nanlint.rules.pages rules`")
 
 

@@ -3,7 +3,7 @@ per rule kind: form, value, misuse, file) and shown by `nanlint rule CODE`; rule
 the catalog. A test keeps the files in sync.
 
 "Where it fails (verified)" is the section the verifier measured on the rule's fixtures
-(`python -m nanlint.verify.calibrate`), read from the package data nanlint/verify/verified/CODE.md
+(`python -m nanlint.verify.calibrate`), read from the package data nanlint/rules/verified/CODE.md
 when it exists: this module only reads the file (it never imports torch)."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def verified_section(code: str) -> Optional[str]:
         from importlib.resources import files
     except ImportError:  # Python < 3.9
         return None
-    resource = files("nanlint.verify").joinpath("verified").joinpath(f"{code}.md")
+    resource = files("nanlint.rules").joinpath("verified").joinpath(f"{code}.md")
     if not resource.is_file():
         return None
     return resource.read_text(encoding="utf-8")

@@ -2,7 +2,7 @@
 
 `python -m nanlint.verify.calibrate [CODES...]` lints fixtures/<CODE>_*.py (every default
 rule plus CODE, as the fixture tests do), verifies each finding of CODE on the CPU and writes
-a Markdown section to nanlint/verify/verified/<CODE>.md: one table with a row per context
+a Markdown section to nanlint/rules/verified/<CODE>.md: one table with a row per context
 (input dtype, autocast, device) saying where the original and the fix fail, aggregated over
 the findings, the verdict counts and a few witnesses a person can rerun. The rule pages
 (`nanlint rule CODE`, rules/KIND/CODE.md) include it as "Where it fails (verified)".
@@ -54,7 +54,8 @@ from .verifier import verify_one
 
 DEVICE = "cpu"
 # The generated sections: package data, so that an installed nanlint shows them too.
-VERIFIED_DIR = Path(__file__).resolve().parent / "verified"
+# Package data of the rules (their pages read it), written here.
+VERIFIED_DIR = Path(__file__).resolve().parent.parent / "rules" / "verified"
 MAX_WITNESSES = 3
 
 
