@@ -1,4 +1,4 @@
-"""The default set is what the measurements decide (nanlint/default_set.py), and it finds the
+"""The default set is what the measurements decide (nanlint/rules/default_set.py), and it finds the
 hazards the project exists for in float32 code written fresh, with no flags."""
 
 from __future__ import annotations
