@@ -1412,6 +1412,9 @@ class FileAnalysis:
             if self._compares_positions_to_lengths(node):
                 return _length_mask(self.token(node), f"`{_code(self.ctx, node)}` keeps the first position of each sequence")
             v = _boolean(self.token(node))
+            lifted = self._small_where(node, env, depth)
+            if lifted is not None:
+                v = replace(v, positive_where_zero=lifted)
             if len(node.comparisons) == 1 and isinstance(node.comparisons[0].operator, cst.Equal):
                 left = _code(self.ctx, node.left)
                 right = _code(self.ctx, node.comparisons[0].comparator)
@@ -1513,9 +1516,51 @@ class FileAnalysis:
             return replace(out or TOP, norm_of=_code(self.ctx, _undetached(op.args[0])))
         if op.name == "div" and len(args) == 2 and args[1].norm_of is not None:
             return self._over_norm(out or TOP, args, op.args[0], self.token(node))
+        if op.name == "div" and len(args) == 2 and out is not None and self._uniform(op.args[0], op.args[1]):
+            return replace(out, lo=max(out.lo, 0.0), nonzero=True).with_evidence(
+                self.token(node), "a uniform distribution, 1 over its size")
+        if op.name in ("mul", "add") and len(args) == 2 and out is not None:
+            return self._lifted(op, out, args, self.token(node))
         if out is None:  # an op the table does not know: only its operands' gradient fact
             return transfer.gradient(TOP, op.name, args, kw, self.token(node))
         return out
+
+    def _small_where(self, node: cst.Comparison, env: Env, depth: int) -> Optional[str]:
+        """The tensor `x` where `node` is `x <= t` (t >= 0), `x < t` (t > 0) or `x == 0`: the
+        mask is 1 wherever x is 0 (for x >= 0)."""
+        if len(node.comparisons) != 1:
+            return None
+        operator = node.comparisons[0].operator
+        bound = self.eval(node.comparisons[0].comparator, env, depth - 1)
+        if isinstance(operator, cst.LessThanEqual) and bound.lo >= 0 or \
+                isinstance(operator, cst.LessThan) and bound.lo > 0 or \
+                isinstance(operator, cst.Equal) and bound.lo == bound.hi == 0:
+            return _code(self.ctx, _undetached(node.left))
+        return None
+
+    def _lifted(self, op, out: Value, args: List[Value], line: int) -> Value:
+        """`eps * (x <= eps)` keeps the mask's fact; `x + eps * (x <= eps)` with x >= 0 is
+        never 0 (the conditional epsilon: a small value added only where x is small)."""
+        for i in (0, 1):
+            a, b = args[i], args[1 - i]
+            if not (b.positive_where_zero and b.lo >= 0):
+                continue
+            if op.name == "mul" and a.lo > 0:
+                return replace(out, positive_where_zero=b.positive_where_zero)
+            if op.name == "add" and a.lo >= 0 and b.positive_where_zero == _code(self.ctx, _undetached(op.args[i])):
+                return replace(out, lo=max(out.lo, 0.0), nonzero=True).with_evidence(
+                    line, f"`{b.positive_where_zero}` lifted off 0 where it is small")
+        return out
+
+    def _uniform(self, numerator: cst.BaseExpression, divisor: cst.BaseExpression) -> bool:
+        """`torch.ones(n) / n`: 1/n over a size n, never 0."""
+        numerator = strip_parens(numerator)
+        if not isinstance(numerator, cst.Call) or self.ctx.qualname(numerator.func) != "torch.ones":
+            return False
+        sizes = [a.value for a in numerator.args if a.keyword is None]
+        if len(sizes) == 1 and isinstance(strip_parens(sizes[0]), (cst.Tuple, cst.List)):
+            sizes = [e.value for e in strip_parens(sizes[0]).elements]
+        return any(_code(self.ctx, s) == _code(self.ctx, divisor) for s in sizes)
 
     def _over_norm(self, out: Value, args: List[Value], numerator: cst.BaseExpression, line: int) -> Value:
         """A division by a norm: a dot product (or a cosine) over norms is a cosine (the

@@ -77,6 +77,10 @@ class Value:
     # The tensor (as written) this is the maximum or the logsumexp of, along some dim or
     # all of it: `x - <this>` is <= 0 (the max-shift before an `exp`).
     max_of: Optional[str] = None
+    # The tensor (as written) this is positive wherever it is 0, and >= 0 elsewhere: a
+    # positive constant times the mask `x <= t` (PPLM's `eps * (p <= eps).float()`), so
+    # `x + <this>` with x >= 0 is never 0.
+    positive_where_zero: Optional[str] = None
     # The tensor (as written) this is the Euclidean norm of, also plus something nonnegative or
     # clamped from below (`x.norm(dim=-1) + eps`), or "a product of norms": `x / <this>` is a
     # unit vector, and a dot product divided by it is a cosine.
