@@ -76,7 +76,7 @@ UNTUNED: Dict[str, Figures] = {
     "NAN116": Figures(7, 14, 8, 8),  # issue 38
     "NAN117": Figures(1, 1, 0, 0),
     "NAN118": Figures(1, 1, 0, 1),
-    "NAN121": Figures(3, 6, 6, 11),  # s17a
+    "NAN121": Figures(3, 4, 6, 10),  # n121 (after the conditional epsilon and the uniform prior)
     "NAN122": Figures(1, 24, 0, 10),  # s17a, manifest
     "NAN124": Figures(2, 4, 1, 2),  # issue 38
     "NAN201": Figures(7, 11, 1, 5),  # s17a, manifest (every finding of it is)

@@ -301,10 +301,10 @@ class KlByHand(Rule):
     kind = "form"
     default_enabled = False
     untuned_precision = (
-        "The false alarms: PPLM's conditional epsilon (`p + eps * (p <= eps)`, three copies of "
-        'the same code), a uniform prior `1 / C`, and a kernel density estimate bounded below by '
-        'construction. A `nansum` around the term is read as a repair since the tune half showed '
-        'it.'
+        'The tune half showed three kinds of false alarm; the analysis now reads two: a '
+        'conditional epsilon (`p + eps * (p <= eps)`, as PPLM writes it) and a uniform prior '
+        '`torch.ones(C) / C` keep p off 0, and a `nansum` around the term is a repair. A kernel '
+        'density estimate bounded below by construction is still reported.'
     )
     fails_in = 'all (p or q = 0)'
     name = "kl-by-hand"
