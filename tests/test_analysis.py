@@ -989,3 +989,25 @@ def test_a_helper_called_through_partial_takes_the_values_its_holder_is_called_w
     assert seen[7] is not None and "torch.ones" in seen[7]
     escaped = source + "\n\ndef other(m):\n    return m.gate\n"
     assert _no_gradient_of_each_sqrt("m.py", escaped)[7] is None  # the holder is read elsewhere
+
+
+def test_a_conditional_epsilon_and_a_uniform_prior_keep_a_value_off_zero():
+    """`p + eps * (p <= eps).float()` with p >= 0 is never 0 (directly or through a local
+    holding the correction), and neither is `torch.ones(n) / n`; a lift only where p < 0, a
+    p that may be negative, or ones over another size are not."""
+    source = (
+        "import torch\n"
+        "def f(logits, x, n, m):\n"
+        "    p = torch.softmax(logits, -1)\n"
+        "    a = torch.log(p + 1e-15 * (p <= 1e-15).float().detach())\n"
+        "    c = 1e-15 * (p <= 1e-15).float()\n"
+        "    b = torch.log(p + c)\n"
+        "    d = torch.log(torch.ones(n) / n)\n"
+        "    e = torch.log(p + 1e-15 * (p < 0).float())\n"
+        "    g = torch.log(x + 1e-15 * (x <= 1e-15).float())\n"
+        "    h = torch.log(torch.ones(n) / m)\n"
+        "    return a, b, d, e, g, h\n"
+    )
+    off_zero = _query_each_call("m.py", source, "torch.log",
+                                lambda ctx, call: analysis.value(ctx, call.args[0].value).excludes_zero)
+    assert off_zero == {4: True, 6: True, 7: True, 8: False, 9: False, 10: False}
