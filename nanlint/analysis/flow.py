@@ -163,6 +163,14 @@ def join_env(a: Optional[Env], b: Optional[Env], widening: bool = False) -> Opti
     return out
 
 
+def _annotation_spelled(annotation: cst.Annotation) -> Optional[str]:
+    """The dotted name an annotation writes (`Classifier`, `"nets.Actor"`), or None."""
+    written = annotation.annotation
+    if isinstance(written, cst.SimpleString):
+        return written.evaluated_value if isinstance(written.evaluated_value, str) else None
+    return dotted_name(written)
+
+
 def _undetached(node: cst.BaseExpression) -> cst.BaseExpression:
     """`x` for `x.detach()` / `x.data` (the same values: a max taken on them shifts `x`)."""
     node = strip_parens(node)
@@ -347,23 +355,18 @@ class FileAnalysis:
                 env.vars[name] = Value(instance_of=cls)
             elif any(w in name.lower() for w in _EPS_WORDS):
                 env.vars[name] = Value(lo=0.0, nonzero=True)
-            elif self._annotated_class(p) is not None:
-                # `model: Classifier`: an instance of a class of this file, as a type checker reads it.
-                env.vars[name] = Value(instance_of=self._annotated_class(p))
+            elif p.annotation is not None:
+                # `model: Classifier`: an instance of the class, as a type checker reads it (a
+                # class of this file, or one imported from the project: as `Actor(...)` is).
+                spelled = _annotation_spelled(p.annotation)
+                if spelled in self.classes:
+                    env.vars[name] = Value(instance_of=spelled)
+                else:
+                    env.vars[name] = imports.annotated_instance(self, spelled, self.token(p)) or TOP
             else:
-                # `actor: Actor` with `Actor` imported from the project: its instance, as `Actor(...)`.
-                env.vars[name] = imports.annotated_instance(self, p.annotation, self.token(p)) or TOP
+                env.vars[name] = TOP
         env.nograd = self._function_grad_region(fn, cls)
         return env
-
-    def _annotated_class(self, param: cst.Param) -> Optional[str]:
-        """The class of this file a parameter is annotated with (`model: Classifier`), or None."""
-        annotation = param.annotation.annotation if param.annotation is not None else None
-        if isinstance(annotation, cst.SimpleString):  # `model: "Classifier"`
-            name = annotation.evaluated_value if isinstance(annotation.evaluated_value, str) else None
-        else:
-            name = annotation.value if isinstance(annotation, cst.Name) else None
-        return name if name in self.classes else None
 
     # ------------------------------------------------------------------ autograd regions
     def grad_mode(self, call: cst.BaseExpression) -> Optional[bool]:
@@ -1531,6 +1534,8 @@ class FileAnalysis:
         if len(node.comparisons) != 1:
             return None
         operator = node.comparisons[0].operator
+        if not isinstance(operator, (cst.LessThanEqual, cst.LessThan, cst.Equal)):
+            return None
         bound = self.eval(node.comparisons[0].comparator, env, depth - 1)
         if isinstance(operator, cst.LessThanEqual) and bound.lo >= 0 or \
                 isinstance(operator, cst.LessThan) and bound.lo > 0 or \

@@ -292,23 +292,22 @@ def name_value(fa, name: str) -> Optional[Value]:
     return point(number).with_evidence(0, f"`{member[1]}` = {number:g} at {where}")
 
 
-def annotated_instance(fa, annotation: Optional[cst.Annotation], line: int) -> Optional[Value]:
+def _shadowed(fa, spelled: str, env=None) -> bool:
+    """Whether the first name of `spelled` is bound in the file (a local, a function or class
+    of the file, a module-level assignment such as `Actor = wrap(Actor)`): then it is not
+    the imported name."""
+    root = spelled.split(".", 1)[0]
+    module_env = fa.module_env
+    return (env is not None and root in env.vars) or root in fa.functions or root in fa.classes or (
+        module_env is not None and root in module_env.vars)
+
+
+def annotated_instance(fa, spelled: Optional[str], line: int) -> Optional[Value]:
     """A parameter annotated with a class the file imports from its own project (`actor:
     Actor`, `actor: "nets.Actor"`): an instance of it, as a type checker reads it. None: not
     such an annotation, or the name is rebound in the file."""
     names = imported_names(fa.ctx)
-    if names is None or annotation is None:
-        return None
-    written = annotation.annotation
-    if isinstance(written, cst.SimpleString):
-        spelled = written.evaluated_value if isinstance(written.evaluated_value, str) else None
-    else:
-        spelled = dotted_name(written)
-    if not spelled:
-        return None
-    root = spelled.split(".", 1)[0]
-    module_env = fa.module_env
-    if root in fa.functions or root in fa.classes or (module_env is not None and root in module_env.vars):
+    if names is None or not spelled or _shadowed(fa, spelled):
         return None
     member = names.member_of(spelled)
     if member is None or (names.data(member) or {}).get("kind") != "class":
@@ -356,10 +355,7 @@ def call_value(fa, node: cst.Call, env, line: int) -> Optional[Value]:
     func = strip_parens(node.func)
     spelled = dotted_name(func)
     if spelled is not None:
-        root = spelled.split(".", 1)[0]
-        module_env = fa.module_env
-        shadowed = root in env.vars or root in fa.functions or root in fa.classes or (
-            module_env is not None and root in module_env.vars)  # `Actor = wrap(Actor)`
+        shadowed = _shadowed(fa, spelled, env)
         member = None if shadowed else names.member_of(spelled)
         if member is not None:
             if id(node) in names.discarded():

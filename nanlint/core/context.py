@@ -974,7 +974,16 @@ _LAYOUT = re.compile(r"whitespace|^lpar$|^rpar$|comma|leading_lines|lines_after|
                      r"^colon$|^equal$|^star$|^dot$|operator|asynchronous|newline|^lbracket$|^rbracket$|"
                      r"^lbrace$|^rbrace$")
 _CODE_FIELDS: Dict[type, Tuple[str, ...]] = {}
-_IS_NODE: Dict[type, bool] = {}
+# Whether a type is a syntax-tree node, by type: `isinstance(x, cst.CSTNode)` goes through
+# ABCMeta on every call. Shared with the engine's walk.
+NODE_TYPES: Dict[type, bool] = {}
+
+
+def is_node_type(cls: type) -> bool:
+    known = NODE_TYPES.get(cls)
+    if known is None:
+        known = NODE_TYPES[cls] = issubclass(cls, cst.CSTNode)
+    return known
 
 
 def code_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
@@ -984,8 +993,7 @@ def code_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
     names = _CODE_FIELDS.get(kind)
     if names is None:
         names = _CODE_FIELDS[kind] = tuple(f.name for f in dataclasses.fields(node) if not _LAYOUT.search(f.name))
-    # `isinstance(x, cst.CSTNode)` goes through ABCMeta on every call: types are looked up.
-    is_node = _IS_NODE
+    is_node = NODE_TYPES
     for name in names:
         value = getattr(node, name)
         vtype = type(value)
@@ -993,15 +1001,11 @@ def code_children(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
             for child in value:
                 ctype = type(child)
                 known = is_node.get(ctype)
-                if known is None:
-                    known = is_node[ctype] = issubclass(ctype, cst.CSTNode)
-                if known:
+                if known or (known is None and is_node_type(ctype)):
                     yield child
         else:
             known = is_node.get(vtype)
-            if known is None:
-                known = is_node[vtype] = issubclass(vtype, cst.CSTNode)
-            if known:
+            if known or (known is None and is_node_type(vtype)):
                 yield value
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 
 import libcst as cst
 
-from ..core.context import FileContext, Scope, comment_tokens
+from ..core.context import NODE_TYPES, FileContext, Scope, comment_tokens, is_node_type
 from ..core.diagnostics import Diagnostic, Position
 from ..analysis import relations as proven_relations
 from ..analysis.precision import Precision
@@ -127,16 +127,6 @@ def _child_fields(cls: type) -> Tuple[str, ...]:
     return fields
 
 
-_NODE_TYPES: Dict[type, bool] = {}
-
-
-def _is_node(cls: type) -> bool:
-    known = _NODE_TYPES.get(cls)
-    if known is None:
-        known = _NODE_TYPES[cls] = issubclass(cls, cst.CSTNode)
-    return known
-
-
 class _Walker:
     """The one traversal: keeps the context's scopes and precision facts current and
     calls each rule's hooks for the node types it asked for.
@@ -211,18 +201,18 @@ class _Walker:
             enter(ctx, node)
         if visits:
             self._call(visits, node)
-        node_types = _NODE_TYPES
+        node_types = NODE_TYPES
         for field_name in fields:
             value = getattr(node, field_name)
             vtype = type(value)
             if vtype is list or vtype is tuple:
                 for item in value:
                     is_node = node_types.get(type(item))
-                    if is_node or (is_node is None and _is_node(type(item))):
+                    if is_node or (is_node is None and is_node_type(type(item))):
                         self.walk(item)
             else:
                 is_node = node_types.get(vtype)
-                if is_node or (is_node is None and _is_node(vtype)):
+                if is_node or (is_node is None and is_node_type(vtype)):
                     self.walk(value)
         if leaves:
             self._call(leaves, node)

@@ -242,17 +242,20 @@ def find_config(start: Path) -> Optional[Path]:
     """The nearest pyproject.toml with a [tool.nanlint] table, from `start` upwards."""
     for directory in [start, *start.parents]:
         candidate = directory / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"cannot read {candidate}: {exc}") from exc
-            except tomllib.TOMLDecodeError as exc:
-                # Skipping it would silently drop the user's settings.
-                raise ConfigError(f"{candidate}: invalid TOML: {exc}") from exc
-            if "nanlint" in data.get("tool", {}):
-                return candidate
+        if candidate.is_file() and "nanlint" in _read_toml(candidate).get("tool", {}):
+            return candidate
     return None
+
+
+def _read_toml(path: Path) -> dict:
+    """A config file's table; one that cannot be read or parsed is an error, never skipped
+    (skipping it would silently drop the user's settings)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
 
 
 def validate_glob(pattern: str, where: str) -> str:
@@ -325,12 +328,7 @@ def load_settings(config_path: Optional[str] = None, start: Optional[Path] = Non
         path = find_config(start or Path.cwd())
         if path is None:
             return Settings()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    data = _read_toml(path)
     if path.name == "pyproject.toml":
         table = data.get("tool", {}).get("nanlint", {})
         where = f"{path} [tool.nanlint]"
